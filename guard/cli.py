@@ -1,0 +1,157 @@
+"""The `guard` command line: parse options, build the objects, run, print; no work happens here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+from guard import __version__
+from guard.settings import CONTEXTS, Settings, SettingsError, find_pyproject, load_settings
+
+
+class UsageError(Exception):
+    """Bad command-line usage: one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit itself; guard owns its exit codes
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from guard.report import FORMATS
+
+    parser = _Parser(prog="guard", description="Catch invalid and out-of-memory training configs "
+                                               "before any GPU is spent.")
+    parser.add_argument("--version", action="version", version=f"guard {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    chk = sub.add_parser("check", help="lint DeepSpeed configs (JSON, hjson, YAML)")
+    chk.add_argument("paths", nargs="*", metavar="PATH", help="files or directories")
+    chk.add_argument("--format", choices=FORMATS, default=None, help="output format (default concise)")
+    chk.add_argument("--select", action="append", default=None, metavar="CODES",
+                     help="rule codes or prefixes to enable (comma-separated; default ALL)")
+    chk.add_argument("--extend-select", action="append", default=[], metavar="CODES")
+    chk.add_argument("--ignore", action="append", default=[], metavar="CODES")
+    chk.add_argument("--context", choices=CONTEXTS, default=None,
+                     help="hf: HF Trainer/accelerate fill \"auto\"; deepspeed: plain DeepSpeed; "
+                          "auto (default): hf when the config uses \"auto\"")
+    chk.add_argument("--deepspeed-version", default=None, metavar="X.Y.Z",
+                     help="judge the config for this DeepSpeed release (default: the newest vendored)")
+    chk.add_argument("--world-size", type=_positive_int, default=None, metavar="N",
+                     help="number of ranks the job runs on (enables exact batch-size checks)")
+    chk.add_argument("--config", default=None, metavar="PYPROJECT",
+                     help="read [tool.guard] from this file instead of the nearest pyproject.toml")
+    chk.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml")
+    chk.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+
+    one = sub.add_parser("rule", help="print the documentation of one rule")
+    one.add_argument("code", metavar="CODE")
+    rules = sub.add_parser("rules", help="list every rule")
+    rules.add_argument("--format", choices=("text", "json"), default="text")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    if args.isolated:
+        settings = Settings()
+    else:
+        path = Path(args.config) if args.config else find_pyproject(Path.cwd())
+        if args.config and not path.is_file():
+            raise UsageError(f"--config: no such file: {args.config}")
+        settings = load_settings(path)
+    if args.select:
+        settings.select = list(args.select)
+    settings.extend_select += args.extend_select
+    settings.ignore += args.ignore
+    if args.context:
+        settings.context = args.context
+    if args.deepspeed_version:
+        settings.deepspeed_version = args.deepspeed_version
+    if args.world_size:
+        settings.world_size = args.world_size
+    return settings
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from guard import report
+    from guard.checker import Checker
+
+    if not args.paths:
+        raise UsageError("guard check: give at least one file or directory")
+    settings = _settings(args)
+    try:
+        checker = Checker(settings)
+    except ValueError as err:
+        raise UsageError(f"guard check: {err}") from None
+    result = checker.run(args.paths)
+    report.get(args.format or "concise")(result, sys.stdout)
+    return 0 if args.exit_zero and result.exit_code == 1 else result.exit_code
+
+
+def run_rule(args: argparse.Namespace) -> int:
+    from guard.rules import load_all
+    from guard.rules.registry import lookup
+
+    load_all()
+    found = lookup(args.code)
+    if found is None:
+        raise UsageError(f"guard rule: unknown rule {args.code!r} (see `guard rules`)")
+    sys.stdout.write(found.doc())
+    return 0
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    import json
+
+    from guard.rules import load_all
+    from guard.rules.registry import RULES
+
+    load_all()
+    rows = sorted(RULES.values(), key=lambda r: r.code)
+    if args.format == "json":
+        json.dump([{"code": r.code, "name": r.name, "severity": r.severity.value, "summary": r.summary}
+                   for r in rows], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    for r in rows:
+        sys.stdout.write(f"{r.code:8} {r.severity.value:8} {r.name:34} {r.summary}\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        handler = {"check": run_check, "rule": run_rule, "rules": run_rules}.get(args.command)
+        if handler is None:
+            raise UsageError("guard: give a command: check, rule or rules (see guard --help)")
+        return handler(args)
+    except (UsageError, SettingsError) as err:
+        sys.stderr.write(f"{err}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except SystemExit as err:  # --help / --version
+        return err.code if isinstance(err.code, int) else 0
+    except Exception as err:  # never show a user a traceback: log it and point at the log
+        log = os.path.join(tempfile.gettempdir(), "guard-crash.log")
+        with open(log, "w", encoding="utf-8") as handle:
+            traceback.print_exc(file=handle)
+        sys.stderr.write(f"guard: internal error: {type(err).__name__}: {err} (details in {log})\n")
+        return 2

@@ -1,0 +1,40 @@
+"""Find guard's data files (schemas/) the same way from a wheel and from a checkout."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=None)
+def schemas_dir() -> Path:
+    """`guard/_schemas` in an installed wheel, `schemas/` beside the package in a checkout."""
+    for candidate in (_HERE / "_schemas", _HERE.parent / "schemas"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("guard's schemas/ directory is missing from this installation")
+
+
+@functools.lru_cache(maxsize=None)
+def load_json(*parts: str) -> Any:
+    with open(schemas_dir().joinpath(*parts), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def deepspeed_versions() -> list[str]:
+    """Vendored DeepSpeed schema versions, oldest first."""
+    root = schemas_dir() / "deepspeed"
+    found = [p.name for p in root.iterdir() if (p / "config.schema.json").is_file()]
+    return sorted(found, key=version_tuple)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    out = []
+    for piece in text.strip().lstrip("v").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)

@@ -1,0 +1,28 @@
+"""Lint rules, one module per family; importing a module registers its rules and checks."""
+
+from __future__ import annotations
+
+import importlib
+
+FAMILIES = (
+    "general",
+    "ds_syntax",
+    "ds_keys",
+    "ds_auto",
+    "ds_batch",
+    "ds_precision",
+    "ds_zero",
+    "ds_optimizer",
+    "ds_misc",
+    "accelerate",
+)
+
+_loaded = False
+
+
+def load_all() -> None:
+    global _loaded
+    if not _loaded:
+        for name in FAMILIES:
+            importlib.import_module(f"guard.rules.{name}")
+        _loaded = True

@@ -1,0 +1,108 @@
+"""What a check sees: the DeepSpeed config as DeepSpeed reads it, its origin and the judging context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from guard.deepspeed_schema import SchemaIndex
+from guard.diagnostic import Diagnostic, Related, Span
+from guard.rules.registry import Rule
+from guard.sources.document import Document, escape
+
+MISSING = object()
+
+
+@dataclass
+class DsConfig:
+    """A DeepSpeed config inside a document (the whole file, or part of a GPT-NeoX YAML)."""
+
+    doc: Document
+    data: dict[str, Any]
+    schema: SchemaIndex
+    kind: str = "deepspeed"  # "deepspeed" (a config file), "neox" (part of a NeoX YAML) or "accelerate"
+    context: str = "deepspeed"  # "hf": HF Trainer/accelerate fill "auto"; "deepspeed": plain
+    context_reason: str = ""
+    version: tuple[int, ...] = (0,)
+    version_text: str = ""
+    world_size: int | None = None
+    world_size_source: str = ""
+    # Top-level key -> JSON pointer of its base in the document (NeoX merges and renames keys).
+    origin: dict[str, str] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    # -- reading values ----------------------------------------------------------------------
+    def get(self, *path: str, default: Any = None) -> Any:
+        node: Any = self.data
+        for token in path:
+            if not isinstance(node, dict) or token not in node:
+                return default
+            node = node[token]
+        return node
+
+    def has(self, *path: str) -> bool:
+        return self.get(*path, default=MISSING) is not MISSING
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.data.get(name)
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def zero_stage(self) -> int:
+        """ZeRO stage as DeepSpeed reads it (the deprecated boolean form means stage 1 or 0)."""
+        zero = self.data.get("zero_optimization")
+        if isinstance(zero, bool):
+            return int(zero)
+        stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
+        return stage if isinstance(stage, int) and not isinstance(stage, bool) else 0
+
+    @property
+    def is_hf(self) -> bool:
+        return self.context == "hf"
+
+    def walk(self) -> Iterator[tuple[tuple[str, ...], Any]]:
+        """Every (path, value) pair, depth first; list items get their index as a string."""
+        stack: list[tuple[tuple[str, ...], Any]] = [((), self.data)]
+        while stack:
+            path, value = stack.pop()
+            yield path, value
+            if isinstance(value, dict):
+                stack.extend(((*path, str(k)), v) for k, v in reversed(list(value.items())))
+            elif isinstance(value, list):
+                stack.extend(((*path, str(i)), v) for i, v in reversed(list(enumerate(value))))
+
+    # -- locating and reporting ----------------------------------------------------------------
+    def pointer(self, *path: str) -> str:
+        if not path:
+            return ""
+        base = self.origin.get(path[0], "/" + escape(path[0]))
+        return base + "".join("/" + escape(str(t)) for t in path[1:])
+
+    def span(self, *path: str, key: bool = True) -> Span:
+        return self.doc.span(self.pointer(*path), key=key)
+
+    def report(self, rule: Rule, path: tuple[str, ...], message: str, *, help: str | None = None,
+               at_value: bool = False, related: list[Related] | None = None,
+               data: dict[str, Any] | None = None) -> Diagnostic:
+        """Report `rule` at the key (or value) that `path` names in the config."""
+        return self.report_at(rule, self.span(*path, key=not at_value), self.pointer(*path), message,
+                              help=help, related=related, data=data)
+
+    def report_at(self, rule: Rule, span: Span, pointer: str | None, message: str, *,
+                  help: str | None = None, related: list[Related] | None = None,
+                  data: dict[str, Any] | None = None) -> Diagnostic:
+        diag = Diagnostic(code=rule.code, severity=rule.severity, message=message,
+                          path=self.doc.path, span=span, pointer=pointer, help=help,
+                          related=related or [], data=data or {}, name=rule.name)
+        self.diagnostics.append(diag)
+        return diag
+
+
+def fmt(value: Any) -> str:
+    """A value as it is written in JSON, for messages."""
+    import json
+
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)

@@ -1,0 +1,366 @@
+"""DS1xx: keys and values against DeepSpeed's generated schema: unknown, removed, deprecated, mistyped."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any
+
+from guard import resources
+from guard.deepspeed_schema import SchemaIndex
+from guard.diagnostic import Related
+from guard.rules.context import DsConfig, fmt
+from guard.rules.registry import check, rule
+
+UNKNOWN_REJECTED = rule(
+    "DS101", "unknown-key-rejected", "error",
+    "A key DeepSpeed does not know, inside a section that rejects unknown keys.",
+    what="Reports a key that is not a field of a pydantic-validated section (`zero_optimization`, "
+         "its `offload_*` blocks, `fp16`, `bf16`, monitors, `compile`, `tensor_parallel`, ...). "
+         "Suggests the closest known key, or the section the key belongs to.",
+    why="These sections forbid extra fields, so DeepSpeed stops at start-up with `1 validation error "
+        "for DeepSpeedZeroConfig <key> Extra inputs are not permitted` — after the job was scheduled.",
+    example='{"zero_optimization": {"stage": 3, "aio": {"block_size": 1048576}}}',
+    use_instead='{"zero_optimization": {"stage": 3}, "aio": {"block_size": 1048576}}',
+    references=("https://github.com/deepspeedai/DeepSpeed/issues/2721",
+                "deepspeed/runtime/config_utils.py: DeepSpeedConfigModel (extra='forbid')"),
+)
+
+UNKNOWN_IGNORED = rule(
+    "DS102", "unknown-key-ignored", "warning",
+    "A key DeepSpeed silently ignores: a typo at the top level or in a dict-based section.",
+    what="Reports a key that DeepSpeed never reads: at the top level and in dict-based sections "
+         "(`activation_checkpointing`, `flops_profiler`, `aio`, `checkpoint`, `data_types`, ...). "
+         "Suggests the closest known key or the section the key belongs to.",
+    why="DeepSpeed reads these places with `dict.get`, so a misspelt or misplaced key is dropped "
+        "without a word and the job runs with the default: `\"zero_optimisation\"` trains without "
+        "ZeRO, `\"partitioned_activations\"` does not partition anything.",
+    example='{"train_micro_batch_size": 4, "zero_optimisation": {"stage": 2}}',
+    use_instead='{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}',
+    references=("deepspeed/runtime/config.py: DeepSpeedConfig._initialize_params",),
+)
+
+REMOVED = rule(
+    "DS103", "removed-key", "error",
+    "A section or key that DeepSpeed 0.19.8 removed and now refuses.",
+    what="Reports keys that DeepSpeed 0.19.8 removed (`amp`, `elasticity`, `sparse_attention`, "
+         "`compression_training`, top-level `curriculum_learning`, MiCS and LoCo keys, ...), with "
+         "DeepSpeed's own message. With `--deepspeed-version` older than 0.19.8 it is an info note "
+         "that the upgrade will break the config.",
+    why="From 0.19.8 on DeepSpeed raises `DeepSpeedConfigError` for them before anything else, so "
+        "an old config stops the launch after an upgrade.",
+    example='{"amp": {"enabled": true, "opt_level": "O1"}}',
+    use_instead='{"bf16": {"enabled": true}}',
+    references=("deepspeed/runtime/config.py: _reject_removed_config_keys",
+                "https://github.com/deepspeedai/DeepSpeed/issues/8489"),
+)
+
+DEPRECATED = rule(
+    "DS104", "deprecated-key", "warning",
+    "A deprecated key that DeepSpeed still translates, with its replacement.",
+    what="Reports deprecated fields (`cpu_offload`, `cpu_offload_param`, `cpu_offload_use_pin_memory`, "
+         "`stage3_gather_fp16_weights_on_model_save`) and the boolean form of `zero_optimization`.",
+    why="DeepSpeed prints 'Config parameter X is deprecated use Y instead' and maps the value, but "
+        "not every deprecated key is migrated (`cpu_offload_use_pin_memory` is not), and removal "
+        "is the next step.",
+    example='{"zero_optimization": {"stage": 2, "cpu_offload": true}}',
+    use_instead='{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}',
+    references=("deepspeed/runtime/config_utils.py: DeepSpeedConfigModel._process_deprecated_field",),
+)
+
+DEPRECATED_CONFLICT = rule(
+    "DS105", "deprecated-and-replacement", "error",
+    "A deprecated key given together with the key that replaces it.",
+    what="Reports a deprecated field written next to its replacement.",
+    why="DeepSpeed refuses it: `AssertionError: Cannot provide deprecated parameter 'cpu_offload' "
+        "and replacing parameter 'offload_optimizer' together`.",
+    example='{"zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "cpu"}}}',
+    use_instead='{"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}',
+    references=("deepspeed/runtime/config_utils.py: DeepSpeedConfigModel._process_deprecated_field",),
+)
+
+ALIAS_TWICE = rule(
+    "DS106", "alias-given-twice", "error",
+    "Both spellings of one field, e.g. `stage3_prefetch_bucket_size` and `prefetch_bucket_size`.",
+    what="Reports a field written under both of its accepted names.",
+    why="pydantic takes the `stage3_*` alias and treats the other spelling as an extra field: "
+        "`prefetch_bucket_size Extra inputs are not permitted`.",
+    example='{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 5e7, "prefetch_bucket_size": 1e8}}',
+    use_instead='{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 5e7}}',
+)
+
+INVALID_VALUE = rule(
+    "DS107", "invalid-value", "error",
+    "A value of the wrong type, out of range, or not one of the allowed choices.",
+    what="Validates every value against guard's JSON Schema of the target DeepSpeed release "
+         "(generated from DeepSpeed's own pydantic models and constants) and reports type, enum "
+         "and range violations at the value.",
+    why="pydantic sections fail at start-up with a ValidationError; dict sections keep the bad "
+        "value and fail later (or misbehave) inside the engine.",
+    example='{"zero_optimization": {"stage": 4, "reduce_bucket_size": -1}}',
+    use_instead='{"zero_optimization": {"stage": 3, "reduce_bucket_size": 500000000}}',
+)
+
+QUOTED_SCALAR = rule(
+    "DS108", "quoted-scalar", "error",
+    "A number or boolean written as a string where DeepSpeed reads it without conversion.",
+    what="Reports strings such as `\"8\"` or `\"true\"` for numeric or boolean keys outside the "
+         "pydantic sections (top level, optimizer and scheduler params, dict sections).",
+    why="DeepSpeed reads these with `dict.get` and compares the string with numbers: "
+        "`TypeError: '>' not supported between instances of 'str' and 'int'`; HF's config check "
+        "reports `ds gradient_accumulation_steps=8 vs hf gradient_accumulation_steps=8`.",
+    example='{"gradient_accumulation_steps": "8"}',
+    use_instead='{"gradient_accumulation_steps": 8}',
+    references=("https://github.com/hiyouga/LlamaFactory/issues/1116",),
+)
+
+QUOTED_COERCED = rule(
+    "DS109", "quoted-scalar-coerced", "warning",
+    "A number or boolean written as a string inside a section that DeepSpeed converts.",
+    what="Reports `\"true\"`, `\"false\"` or numeric strings inside pydantic sections.",
+    why="DeepSpeed 0.15+ converts them, but the HF integration compares raw values (`\"false\" != "
+        "False` is a mismatch) and older DeepSpeed releases read the string \"false\" as true, "
+        "which enabled fp16 and bf16 together.",
+    example='{"bf16": {"enabled": "true"}, "fp16": {"enabled": "false"}}',
+    use_instead='{"bf16": {"enabled": true}, "fp16": {"enabled": false}}',
+    references=("https://github.com/hiyouga/LlamaFactory/issues/3493",),
+)
+
+NEWER_THAN_TARGET = rule(
+    "DS110", "key-newer-than-target", "error",
+    "A key that the targeted (older) DeepSpeed release does not have yet.",
+    what="With `--deepspeed-version`, reports keys introduced after that release.",
+    why="An older release rejects them in pydantic sections (`zero_hpz_partition_size extra fields "
+        "not permitted` on 0.9.5) and ignores them elsewhere.",
+    example='{"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}   # --deepspeed-version 0.9.5',
+    use_instead="upgrade DeepSpeed to 0.10.0 or later, or drop the key",
+    references=("https://github.com/deepspeedai/DeepSpeed/issues/3827",),
+)
+
+DEFAULT_CHANGED = rule(
+    "DS111", "default-changed", "info",
+    "An omitted key whose default changed in a recent DeepSpeed release.",
+    what="Reports keys left at their default where that default changed between releases "
+         "(`gradient_clipping` 0.0 to 1.0 in 0.19.3; offload `pin_memory` false to true in 0.19.5).",
+    why="The same config trains differently after an upgrade: gradients are now clipped at 1.0, "
+        "and pinned offload buffers take host memory that was free before.",
+    example='{"train_batch_size": 32}',
+    use_instead='{"train_batch_size": 32, "gradient_clipping": 0.0}',
+    references=("DeepSpeed PR #8068", "DeepSpeed PR #8207"),
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _drift() -> dict[str, Any]:
+    return resources.load_json("deepspeed", "drift.json")
+
+
+def _ptr(path: tuple[str, ...]) -> str:
+    return "".join("/" + p for p in path)
+
+
+@functools.lru_cache(maxsize=8)
+def _homes(schema: SchemaIndex) -> dict[str, list[str]]:
+    """Key name -> the sections (as dotted paths) where the schema knows it, two levels deep."""
+    homes: dict[str, list[str]] = {}
+    for top in schema.known_keys(()):
+        homes.setdefault(top, []).append("the top level")
+        for sub in schema.known_keys((top,)):
+            homes.setdefault(sub, []).append(top)
+    return homes
+
+
+def _suggest(key: str, path: tuple[str, ...], known: list[str], schema: SchemaIndex) -> str | None:
+    here = ".".join(path) or "the top level"
+    homes = [h for h in _homes(schema).get(key, []) if h != here]
+    if homes:
+        return f"'{key}' belongs in {homes[0]}" + ("" if homes[0] == "the top level" else f": move it into \"{homes[0]}\"")
+    folded = key.lower().replace("-", "_")
+    close = difflib.get_close_matches(folded, known, n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+def _removed(ctx: DsConfig) -> dict[str, str]:
+    return ctx.schema.removed_keys()
+
+
+@check(UNKNOWN_REJECTED, UNKNOWN_IGNORED, REMOVED, DEPRECATED, DEPRECATED_CONFLICT, ALIAS_TWICE,
+       NEWER_THAN_TARGET)
+def keys(ctx: DsConfig) -> None:
+    removed = _removed(ctx)
+    removal = _drift().get("removed_keys_version", ctx.schema.version)
+    added = {a["pointer"]: a for a in _drift().get("added_keys", [])}
+    before_removal = ctx.version < resources.version_tuple(removal)
+
+    def visit(path: tuple[str, ...], value: Any) -> None:
+        policy = ctx.schema.unknown_policy(path)
+        if not isinstance(value, dict) or policy is None:
+            return
+        known = ctx.schema.known_keys(path)
+        for key, child in value.items():
+            here = (*path, key)
+            pointer = _ptr(here)
+            if pointer in removed:
+                if before_removal:
+                    continue  # a valid section in the targeted release; guard has no schema for it
+                ctx.report(REMOVED, here, f"'{'.'.join(here)}' was removed in DeepSpeed {removal}: "
+                           f"{removed[pointer]}", help="delete the block, or use the replacement named above")
+                continue
+            if pointer in added and ctx.version < resources.version_tuple(added[pointer]["since"]):
+                ctx.report(NEWER_THAN_TARGET, here, f"'{key}' needs DeepSpeed >= {added[pointer]['since']}, "
+                           f"but the target is {ctx.version_text}", help="upgrade DeepSpeed or remove the key")
+                continue
+            if key not in known:
+                _unknown(ctx, here, policy, known)
+                continue
+            _deprecation(ctx, here, value)
+            visit(here, child)
+
+    if ctx.kind == "neox":
+        # NeoX's own arguments share the top level; only DeepSpeed's sections are judged here.
+        for key, child in ctx.data.items():
+            _deprecation(ctx, (key,), ctx.data)
+            visit((key,), child)
+    else:
+        visit((), ctx.data)
+    if isinstance(ctx.data.get("zero_optimization"), bool):
+        ctx.report(DEPRECATED, ("zero_optimization",), "the boolean form of \"zero_optimization\" is "
+                   "deprecated (true means stage 1, false stage 0)", at_value=True,
+                   help='write {"stage": 1} or {"stage": 0}')
+
+
+def _unknown(ctx: DsConfig, here: tuple[str, ...], policy: str, known: list[str]) -> None:
+    path, key = here[:-1], here[-1]
+    where = f"'{'.'.join(path)}'" if path else "the top level"
+    hint = _suggest(key, path, known, ctx.schema)
+    if policy == "rejected":
+        model = ctx.schema.node(path).get("title", "its pydantic model")
+        ctx.report(UNKNOWN_REJECTED, here, f"unknown key '{key}' in {where}; DeepSpeed rejects it "
+                   f"({model}: Extra inputs are not permitted)" + (f"; {hint}" if hint else ""),
+                   help=hint or f"remove '{key}'", data={"suggestion": hint})
+    else:
+        ctx.report(UNKNOWN_IGNORED, here, f"unknown key '{key}' in {where} is silently ignored by "
+                   "DeepSpeed" + (f"; {hint}" if hint else ""), help=hint or f"remove '{key}'",
+                   data={"suggestion": hint})
+
+
+def _deprecation(ctx: DsConfig, here: tuple[str, ...], parent: dict[str, Any]) -> None:
+    node = ctx.schema.node(here) or {}
+    key = here[-1]
+    if node.get("deprecated"):
+        new = node.get("x-new-param")
+        if new and new in parent:
+            ctx.report(DEPRECATED_CONFLICT, here, f"Cannot provide deprecated parameter '{key}' and "
+                       f"replacing parameter '{new}' together", help=f"keep only '{new}'",
+                       related=[Related(f"'{new}' is here", ctx.doc.path, ctx.span(*here[:-1], new))])
+        else:
+            ctx.report(DEPRECATED, here, f"'{key}' is deprecated" + (f"; use '{new}' instead" if new else ""),
+                       help=f"replace it with '{new}'" if new else "remove it")
+    other = node.get("x-alias-of")
+    if other and other in parent:
+        ctx.report(ALIAS_TWICE, here, f"'{key}' and '{other}' are the same field; DeepSpeed keeps "
+                   f"'{other}' and rejects '{key}' as an extra input", help=f"keep only '{other}'",
+                   related=[Related(f"'{other}' is here", ctx.doc.path, ctx.span(*here[:-1], other))])
+
+
+def _parses_as(text: str, expected: Any) -> bool:
+    types = expected if isinstance(expected, list) else [expected]
+    folded = text.strip().lower()
+    if "boolean" in types and folded in ("true", "false"):
+        return True
+    try:
+        number = float(folded)
+    except ValueError:
+        return False
+    return "number" in types or ("integer" in types and number.is_integer())
+
+
+@check(INVALID_VALUE, QUOTED_SCALAR, QUOTED_COERCED)
+def values(ctx: DsConfig) -> None:
+    seen: set[str] = set()
+    removed = _removed(ctx)
+    for error in _flatten(ctx.schema.validator.iter_errors(ctx.data)):
+        path = tuple(str(p) for p in error.absolute_path)
+        pointer = _ptr(path)
+        if error.validator == "additionalProperties" or error.instance == "auto" or pointer in seen:
+            continue  # unknown keys: DS101; "auto": the DS2xx rules
+        if any(pointer.startswith(r) for r in removed):
+            continue
+        seen.add(pointer)
+        if isinstance(error.instance, str) and _quoted(ctx, error, path):
+            continue
+        ctx.report(INVALID_VALUE, path, f"'{'.'.join(path) or 'config'}': {_message(error)}",
+                   at_value=True, help=_help(error))
+
+
+def _flatten(errors: Any) -> Any:
+    """Replace an anyOf/oneOf failure by the errors of the branch the value was meant for.
+
+    `zero_optimization` is `bool | object`: when its object has a bad field, jsonschema reports
+    "not valid under any of the given schemas" for the whole block; the object branch's own
+    errors say which field is wrong.
+    """
+    for error in errors:
+        if error.validator in ("anyOf", "oneOf") and error.context:
+            branches: dict[Any, list[Any]] = {}
+            for sub in error.context:
+                branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+            # A branch whose only complaint is the value's type was not the intended one.
+            meant = [errs for errs in branches.values()
+                     if not all(e.validator == "type" and not e.relative_path for e in errs)]
+            if len(meant) == 1:
+                yield from _flatten(meant[0])
+                continue
+        yield error
+
+
+def _quoted(ctx: DsConfig, error: Any, path: tuple[str, ...]) -> bool:
+    expected = (error.schema or {}).get("type") if error.validator == "type" else None
+    if error.validator == "enum":
+        expected = ["integer" if isinstance(v, int) and not isinstance(v, bool) else "boolean"
+                    for v in error.validator_value if isinstance(v, (int, bool))]
+    if not expected or not _parses_as(error.instance, expected):
+        return False
+    rule_ = QUOTED_COERCED if ctx.schema.in_pydantic_section(path) else QUOTED_SCALAR
+    what = "converts it, but HF's config check compares the raw string" if rule_ is QUOTED_COERCED \
+        else "reads it as a string and fails when it compares it with a number"
+    ctx.report(rule_, path, f"'{'.'.join(path)}' is the string {fmt(error.instance)}; DeepSpeed {what}",
+               at_value=True, help=f"write {error.instance.strip().lower()} without quotes")
+    return True
+
+
+def _message(error: Any) -> str:
+    if error.validator == "enum":
+        return f"{fmt(error.instance)} is not one of {', '.join(fmt(v) for v in error.validator_value)}"
+    if error.validator == "type":
+        return f"{fmt(error.instance)} is not of type {error.validator_value}"
+    if error.validator in ("anyOf", "oneOf"):
+        kinds = {c.validator for c in error.context}
+        if kinds <= {"type"}:
+            wanted = sorted({str(c.validator_value) for c in error.context})
+            return f"{fmt(error.instance)} is not of type {' or '.join(wanted)}"
+    text = error.message
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _help(error: Any) -> str | None:
+    default = (error.schema or {}).get("default") if isinstance(error.schema, dict) else None
+    return f"DeepSpeed's default is {fmt(default)}" if default is not None else None
+
+
+@check(DEFAULT_CHANGED)
+def changed_defaults(ctx: DsConfig) -> None:
+    for entry in _drift().get("changed_defaults", []):
+        if ctx.version < resources.version_tuple(entry["since"]):
+            continue
+        path = tuple(entry["pointer"].strip("/").split("/"))
+        if ctx.has(*path):
+            continue
+        parent = path[:-1]
+        if parent and not isinstance(ctx.get(*parent), dict):
+            continue  # the block is absent, so the default never applies
+        if parent and ctx.get(*parent, "device") in (None, "none") and "offload" in parent[-1]:
+            continue  # offload disabled: pinning is moot
+        ctx.report(DEFAULT_CHANGED, parent, f"'{'.'.join(path)}' is not set: its default is "
+                   f"{fmt(entry['new'])} since DeepSpeed {entry['since']} (was {fmt(entry['old'])})",
+                   help=f"set '{path[-1]}' explicitly to keep the old behaviour ({fmt(entry['old'])})")

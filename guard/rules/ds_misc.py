@@ -1,0 +1,1 @@
+"""Rules of the ds_misc family (being written)."""

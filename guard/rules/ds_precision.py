@@ -1,0 +1,1 @@
+"""Rules of the ds_precision family (being written)."""

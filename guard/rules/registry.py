@@ -1,0 +1,94 @@
+"""The rule registry: stable codes, kebab-case names, severities and one doc layout for all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from guard.diagnostic import Severity
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    summary: str  # one line, shown by `guard rules`
+    what: str  # What it does
+    why: str  # Why is this bad?
+    example: str  # a config fragment that triggers the rule
+    use_instead: str  # the fixed fragment
+    references: tuple[str, ...] = ()
+    family: str = field(default="")
+
+    def doc(self) -> str:
+        """The rule's documentation, with the same headings for every rule."""
+        parts = [
+            f"# {self.code} {self.name} ({self.severity.value})",
+            "",
+            self.summary,
+            "",
+            "## What it does",
+            self.what.strip(),
+            "",
+            "## Why is this bad?",
+            self.why.strip(),
+            "",
+            "## Example",
+            "```",
+            self.example.strip("\n"),
+            "```",
+            "",
+            "## Use instead",
+            "```",
+            self.use_instead.strip("\n"),
+            "```",
+        ]
+        if self.references:
+            parts += ["", "## References", *(f"- {ref}" for ref in self.references)]
+        return "\n".join(parts) + "\n"
+
+
+RULES: dict[str, Rule] = {}
+_NAMES: dict[str, str] = {}
+
+
+def rule(code: str, name: str, severity: str, summary: str, *, what: str, why: str,
+         example: str, use_instead: str, references: Iterable[str] = ()) -> Rule:
+    """Define and register a rule; codes and names are a public API and must stay unique."""
+    if code in RULES or name in _NAMES:
+        raise ValueError(f"rule {code} {name} registered twice")
+    family = code.rstrip("0123456789")
+    r = Rule(code, name, Severity(severity), summary, what, why, example, use_instead,
+             tuple(references), family)
+    RULES[code] = r
+    _NAMES[name] = code
+    return r
+
+
+def lookup(code_or_name: str) -> Rule | None:
+    key = code_or_name.strip()
+    return RULES.get(key.upper()) or RULES.get(_NAMES.get(key.lower(), ""))
+
+
+Check = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class RegisteredCheck:
+    rules: tuple[Rule, ...]
+    fn: Check
+    target: str  # the kind of context the check reads: "deepspeed" or "accelerate"
+
+
+CHECKS: list[RegisteredCheck] = []
+
+
+def check(*rules: Rule, target: str = "deepspeed") -> Callable[[Check], Check]:
+    """Register a check that reports `rules` through its context's `report` method."""
+
+    def wrap(fn: Check) -> Check:
+        CHECKS.append(RegisteredCheck(rules, fn, target))
+        return fn
+
+    return wrap

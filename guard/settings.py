@@ -1,0 +1,96 @@
+"""User settings: command-line options merged over `[tool.guard]` in pyproject.toml."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONTEXTS = ("auto", "hf", "deepspeed")
+
+
+class SettingsError(Exception):
+    """A bad setting; the CLI prints it on one line and exits 2."""
+
+
+@dataclass
+class Settings:
+    select: list[str] = field(default_factory=lambda: ["ALL"])
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    context: str = "auto"
+    deepspeed_version: str | None = None
+    world_size: int | None = None
+    root: Path = field(default_factory=Path.cwd)
+
+    def ignores_for(self, path: str) -> list[str]:
+        """Codes ignored for `path` by per-file-ignores (globs relative to the settings root)."""
+        try:
+            rel = os.path.relpath(os.path.abspath(path), self.root)
+        except ValueError:
+            rel = path
+        rel = rel.replace(os.sep, "/")
+        out: list[str] = []
+        for pattern, codes in self.per_file_ignores.items():
+            if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(os.path.basename(path), pattern):
+                out.extend(codes)
+        return out
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _codes(value: Any, key: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SettingsError(f"[tool.guard] {key} must be a list of rule codes")
+    return value
+
+
+def load_settings(pyproject: Path | None) -> Settings:
+    """Read `[tool.guard]`; a missing file or table gives the defaults."""
+    settings = Settings()
+    if pyproject is None:
+        return settings
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open(pyproject, "rb") as handle:
+            table = tomllib.load(handle).get("tool", {}).get("guard", {})
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise SettingsError(f"{pyproject}: cannot read [tool.guard]: {err}") from None
+    settings.root = pyproject.parent
+    known = {"select", "ignore", "extend-select", "per-file-ignores", "context",
+             "deepspeed-version", "world-size"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise SettingsError(f"{pyproject}: unknown [tool.guard] setting(s): {', '.join(unknown)}")
+    if "select" in table:
+        settings.select = _codes(table["select"], "select")
+    settings.ignore = _codes(table.get("ignore", []), "ignore")
+    settings.extend_select = _codes(table.get("extend-select", []), "extend-select")
+    pfi = table.get("per-file-ignores", {})
+    if not isinstance(pfi, dict):
+        raise SettingsError(f"{pyproject}: [tool.guard] per-file-ignores must be a table")
+    settings.per_file_ignores = {k: _codes(v, f"per-file-ignores.{k}") for k, v in pfi.items()}
+    context = table.get("context", "auto")
+    if context not in CONTEXTS:
+        raise SettingsError(f"{pyproject}: [tool.guard] context must be one of {', '.join(CONTEXTS)}")
+    settings.context = context
+    settings.deepspeed_version = table.get("deepspeed-version")
+    world = table.get("world-size")
+    if world is not None and (not isinstance(world, int) or isinstance(world, bool) or world < 1):
+        raise SettingsError(f"{pyproject}: [tool.guard] world-size must be a positive integer")
+    settings.world_size = world
+    return settings

@@ -1,0 +1,1 @@
+"""Sources turn files into plain values with a position for every key and value."""

@@ -1,0 +1,47 @@
+"""Read a config file from disk: bytes to text (encodings, BOM) to a positioned Document."""
+
+from __future__ import annotations
+
+import os
+
+from guard.sources.document import Document, SourceError
+from guard.sources.json_source import parse_json
+from guard.sources.yaml_source import parse_yaml
+
+YAML_SUFFIXES = (".yaml", ".yml")
+MAX_BYTES = 16 * 2**20  # a DeepSpeed config is a few kilobytes; refuse to chew on a dump
+
+
+def read_text(path: str) -> tuple[str, bool]:
+    """Return the file's text and whether it started with a UTF-8 byte-order mark."""
+    if os.path.isdir(path):
+        raise SourceError("is a directory, not a config file", code="GRD001")
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_BYTES:
+            raise SourceError(f"file is {size} bytes; configs over {MAX_BYTES} bytes are refused",
+                              code="GRD001")
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as err:
+        raise SourceError(f"cannot read file: {err.strerror or err}", code="GRD001") from None
+    if b"\x00" in raw[:8192]:
+        raise SourceError("binary content (NUL bytes): not a text config file")
+    bom = raw.startswith(b"\xef\xbb\xbf")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        col = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        from guard.diagnostic import Span
+
+        raise SourceError(f"not valid UTF-8 (byte 0x{raw[err.start]:02x})", Span(line, col)) from None
+    return text, bom
+
+
+def load_document(path: str) -> Document:
+    text, bom = read_text(path)
+    parse = parse_yaml if path.lower().endswith(YAML_SUFFIXES) else parse_json
+    doc = parse(text, path)
+    doc.has_bom = bom
+    return doc

@@ -1,0 +1,74 @@
+"""YAML configs (GPT-NeoX, accelerate) with positions taken from pyyaml's node API."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from guard.diagnostic import Span
+from guard.sources.document import Document, Duplicate, Location, SourceError, join
+
+MAX_DEPTH = 200
+_COMMENT = re.compile(r"(?:^|\s)(#.*)$")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _span(node: yaml.Node) -> Span:
+    s, e = node.start_mark, node.end_mark
+    return Span(s.line + 1, s.column + 1, e.line + 1, e.column + 1)
+
+
+class _Walker:
+    def __init__(self, loader: yaml.SafeLoader):
+        self.loader = loader
+        self.locations: dict[str, Location] = {}
+        self.duplicates: list[Duplicate] = []
+
+    def walk(self, node: yaml.Node, pointer: str, key: Span | None, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise SourceError(f"nesting deeper than {MAX_DEPTH} levels", _span(node))
+        self.locations[pointer] = Location(key, _span(node))
+        if isinstance(node, yaml.MappingNode):
+            self.loader.flatten_mapping(node)  # resolves YAML merge keys (<<)
+            out: dict[str, Any] = {}
+            seen: dict[str, Span] = {}
+            for key_node, value_node in node.value:
+                name = self.loader.construct_object(key_node, deep=True)
+                name = name if isinstance(name, str) else str(name)
+                key_span = _span(key_node)
+                child = join(pointer, name)
+                if name in seen:
+                    self.duplicates.append(Duplicate(child, seen[name], key_span))
+                seen[name] = key_span
+                out[name] = self.walk(value_node, child, key_span, depth + 1)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.walk(v, join(pointer, i), None, depth + 1) for i, v in enumerate(node.value)]
+        return self.loader.construct_object(node, deep=True)
+
+
+def parse_yaml(text: str, path: str) -> Document:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise SourceError("the file holds no YAML document")
+        walker = _Walker(loader)
+        data = walker.walk(node, "", None, 0)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        span = Span(mark.line + 1, mark.column + 1) if mark else Span(1, 1)
+        raise SourceError(f"invalid YAML: {err.problem or err.context}", span) from None
+    except yaml.YAMLError as err:
+        raise SourceError(f"invalid YAML: {err}") from None
+    except RecursionError:
+        raise SourceError(f"nesting deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+    comments = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if "#" in line and (m := _COMMENT.search(line)):
+            comments[number] = m.group(1)
+    return Document(path, text, data, "yaml", walker.locations, walker.duplicates, comments=comments)

@@ -1,0 +1,1 @@
+"""Integrations that run inside DeepSpeed, Megatron and launchers (installed as guard.plugins)."""
