@@ -40,7 +40,7 @@ def test_duplicate_keys_at_any_depth():
     ('{a: 1}', "unquoted key"),
     ("{'a': 'b'}", "single-quoted string"),
     ('{"a": 1\n "b": 2}', "missing comma"),
-    ('{"a": NaN}', "non-finite-number"),
+    ('{"a": NaN}', "non-finite number"),
 ])
 def test_hjson_extensions_parse_and_are_recorded(text, kind):
     doc = parse_json(text, "t")

@@ -77,7 +77,7 @@ def lenient_syntax(ctx: DsConfig) -> None:
     for item in ctx.doc.leniencies:
         by_kind[item.kind].append(item.span)
     for kind, spans in by_kind.items():
-        if kind == "non-finite-number":
+        if kind == "non-finite number":
             for span in spans:
                 ctx.report_at(NON_FINITE, span, None, "NaN/Infinity is not a JSON number",
                               help="write a finite number")
