@@ -45,8 +45,8 @@ REMOVED = rule(
     "A section or key that DeepSpeed 0.19.8 removed and now refuses.",
     what="Reports keys that DeepSpeed 0.19.8 removed (`amp`, `elasticity`, `sparse_attention`, "
          "`compression_training`, top-level `curriculum_learning`, MiCS and LoCo keys, ...), with "
-         "DeepSpeed's own message. With `--deepspeed-version` older than 0.19.8 it is an info note "
-         "that the upgrade will break the config.",
+         "DeepSpeed's own message. With a `--deepspeed-version` older than 0.19.8 the keys are "
+         "valid and not reported.",
     why="From 0.19.8 on DeepSpeed raises `DeepSpeedConfigError` for them before anything else, so "
         "an old config stops the launch after an upgrade.",
     example='{"amp": {"enabled": true, "opt_level": "O1"}}',
@@ -229,8 +229,15 @@ def keys(ctx: DsConfig) -> None:
                    help='write {"stage": 1} or {"stage": 0}')
 
 
+def _is_comment_key(key: str) -> bool:
+    """`"_comment"`, `"//"`, `"comment"`: the JSON convention for comments, deliberately unread."""
+    return key.startswith(("_", "#", "//")) or key.lower() in ("comment", "comments")
+
+
 def _unknown(ctx: DsConfig, here: tuple[str, ...], policy: str, known: list[str]) -> None:
     path, key = here[:-1], here[-1]
+    if policy == "ignored" and _is_comment_key(key):
+        return
     where = f"'{'.'.join(path)}'" if path else "the top level"
     hint = _suggest(key, path, known, ctx.schema)
     if policy == "rejected":
