@@ -56,11 +56,22 @@ def _filled() -> frozenset[str]:
     return frozenset(table["trainer"]) | frozenset(table["accelerate"])
 
 
+def _auto_is_a_value(node: dict | None) -> bool:
+    """Some DeepSpeed keys take "auto" as a real setting (pipeline.stages, keep_in_fp32_modules, ZenFlow)."""
+    if not node:
+        return False
+    branches = [node, *node.get("anyOf", []), *node.get("oneOf", [])]
+    return node.get("default") == "auto" or any(
+        b.get("const") == "auto" or "auto" in b.get("enum", []) for b in branches if isinstance(b, dict))
+
+
 @check(AUTO_CRASH, AUTO_DEFAULTED)
 def auto_values(ctx: DsConfig) -> None:
     filled = _filled() if ctx.is_hf else frozenset()
     for path, value in ctx.walk():
         if value != "auto" or "/" + "/".join(path) in filled:
+            continue
+        if _auto_is_a_value(ctx.schema.node(path)):
             continue
         who = ("neither the HF Trainer nor accelerate fills this key" if ctx.is_hf
                else f"nothing replaces \"auto\" in a plain DeepSpeed launch ({ctx.context_reason})")
