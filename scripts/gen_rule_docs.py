@@ -30,5 +30,11 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    (ROOT / "docs" / "rules.md").write_text(render(), encoding="utf-8")
+    target = ROOT / "docs" / "rules.md"
+    if "--check" in sys.argv:  # used by the tests: fail when docs/rules.md is stale
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if current != render():
+            sys.exit("docs/rules.md is stale: run python scripts/gen_rule_docs.py")
+        sys.exit(0)
+    target.write_text(render(), encoding="utf-8")
     print("wrote docs/rules.md")

@@ -4,7 +4,7 @@ from guard.rules.registry import rule
 
 UNREADABLE = rule(
     "GRD001", "unreadable-file", "error",
-    "A path that cannot be read: missing, a directory of nothing, unreadable, or too large.",
+    "A path that cannot be read: missing, unreadable, or too large.",
     what="Reports a path given on the command line that guard cannot open as a file.",
     why="A pre-commit hook or CI job that silently skips a missing config would pass a broken "
         "change. guard exits with code 2 when any input is unreadable.",
