@@ -35,6 +35,8 @@ class DsConfig:
     def get(self, *path: str, default: Any = None) -> Any:
         node: Any = self.data
         for token in path:
+            if not isinstance(token, str):  # a default passed positionally would be read as a key
+                raise TypeError(f"path tokens must be strings, got {token!r}; pass default=...")
             if not isinstance(node, dict) or token not in node:
                 return default
             node = node[token]
