@@ -100,6 +100,29 @@ class DsConfig:
         return diag
 
 
+_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
+          "on": True, "off": False}
+
+
+def flag(value: Any, default: bool, *, pydantic: bool = True) -> bool:
+    """A boolean setting as DeepSpeed reads it.
+
+    pydantic sections convert "true"/"false" strings and 0/1; dict sections and the top level
+    test plain truthiness. A missing value or "auto" (dropped, or not filled) means the default.
+    """
+    if isinstance(value, bool):
+        return value
+    if value is None or value == "auto":
+        return default
+    if not pydantic:
+        return bool(value)
+    if isinstance(value, str):
+        return _WORDS.get(value.strip().lower(), default)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    return default
+
+
 def fmt(value: Any) -> str:
     """A value as it is written in JSON, for messages."""
     import json

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from guard.rules.context import DsConfig
+from guard.rules.context import DsConfig, flag
 from guard.rules.registry import check, rule
 
 MONITORS = ("tensorboard", "wandb", "csv_monitor", "comet")
@@ -94,8 +94,7 @@ def secrets(ctx: DsConfig) -> None:
 
 
 def _enabled(value: Any) -> bool:
-    # DeepSpeed tests these flags with plain truthiness (`if enabled:` / `bool(enabled)`).
-    return bool(value) and value != "auto"
+    return flag(value, False, pydantic=False)
 
 
 @check(CURRICULUM_METRICS, DYNAMIC_BATCHING)

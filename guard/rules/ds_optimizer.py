@@ -7,7 +7,7 @@ import functools
 from typing import Any
 
 from guard import resources
-from guard.rules.context import DsConfig, fmt
+from guard.rules.context import DsConfig, flag, fmt
 from guard.rules.registry import check, rule
 
 ENGINE = "deepspeed/runtime/engine.py: DeepSpeedEngine._configure_basic_optimizer"
@@ -213,7 +213,7 @@ def _mean(suggestion: str | None) -> str | None:
 
 
 def _truthy(value: Any) -> bool:
-    return bool(value) and value != "auto"
+    return flag(value, False, pydantic=False)
 
 
 def _optimizer_type(ctx: DsConfig) -> str | None:

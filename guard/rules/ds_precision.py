@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from guard.diagnostic import Related
-from guard.rules.context import DsConfig, fmt
+from guard.rules.context import DsConfig, flag, fmt
 from guard.rules.registry import check, rule
 
 BOTH = rule(
@@ -78,10 +78,7 @@ _DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "
 
 
 def _truthy(value: Any) -> bool:
-    """A flag as DeepSpeed 0.19's pydantic models read it ("true" strings are converted)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on")
-    return value is True or (isinstance(value, int) and not isinstance(value, bool) and value == 1)
+    return flag(value, False)
 
 
 def _bf16_block(ctx: DsConfig) -> str | None:

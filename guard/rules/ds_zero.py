@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from guard.diagnostic import Related
-from guard.rules.context import DsConfig, fmt
+from guard.rules.context import DsConfig, flag, fmt
 from guard.rules.registry import check, rule
 
 Z = "zero_optimization"
@@ -157,16 +157,12 @@ def _zero(ctx: DsConfig) -> dict[str, Any]:
     return ctx.section(Z)
 
 
-def _is(value: Any, flag: bool) -> bool:
-    return value is flag or (isinstance(value, str) and value.strip().lower() == str(flag).lower())
-
-
 @check(PRESCALE)
 def prescale(ctx: DsConfig) -> None:
     stage = ctx.zero_stage
-    if stage < 2 or _is(_zero(ctx).get("reduce_scatter", True), False):
+    if stage < 2 or not flag(_zero(ctx).get("reduce_scatter"), True):
         return
-    if _is(ctx.get("prescale_gradients"), True):
+    if flag(ctx.get("prescale_gradients"), False, pydantic=False):
         ctx.report(PRESCALE, ("prescale_gradients",), f"pre-scale gradients is not yet supported with "
                    f"ZeRO-{stage} with reduce scatter enabled", help="remove prescale_gradients")
     factor = ctx.get("gradient_predivide_factor")
@@ -191,7 +187,7 @@ def zero3_save(ctx: DsConfig) -> None:
     zero = _zero(ctx)
     key = next((k for k in ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save")
                 if k in zero), None)
-    if key and _is(zero[key], True):
+    if key and flag(zero[key], False):
         return
     state = f"'{key}' is {fmt(zero[key])}" if key else "'stage3_gather_16bit_weights_on_model_save' is not set"
     ctx.report(Z3_SAVE, (Z, key) if key else (Z, "stage"), f"ZeRO-3 with HF saving: {state}, so "
@@ -228,7 +224,7 @@ def client_optimizer(ctx: DsConfig) -> None:
     device = ctx.get(Z, "offload_optimizer", "device")
     if ctx.is_hf or device not in ("cpu", "nvme") or ctx.zero_stage == 0:
         return
-    if "optimizer" in ctx.data or _is(ctx.get("zero_force_ds_cpu_optimizer", default=True), False):
+    if "optimizer" in ctx.data or not flag(ctx.get("zero_force_ds_cpu_optimizer"), True, pydantic=False):
         return
     ctx.report(CLIENT_OPTIMIZER, (Z, "offload_optimizer", "device"), "optimizer offload with no "
                "'optimizer' block: unless the script passes DeepSpeedCPUAdam, DeepSpeed raises "
@@ -239,7 +235,7 @@ def client_optimizer(ctx: DsConfig) -> None:
 @check(GRAD_NORM)
 def compute_grad_norm(ctx: DsConfig) -> None:
     zero = _zero(ctx)
-    if not _is(zero.get("compute_grad_norm", True), False):
+    if flag(zero.get("compute_grad_norm"), True):
         return
     at = (Z, "compute_grad_norm")
     if ctx.zero_stage not in (1, 2):
@@ -273,12 +269,12 @@ def moe(ctx: DsConfig) -> None:
     zero, stage = _zero(ctx), ctx.zero_stage
     if stage == 2:
         for key in ("contiguous_gradients", "reduce_scatter"):
-            if _is(zero.get(key, True), False):
+            if not flag(zero.get(key), True):
                 name = "Contiguous Gradients" if key == "contiguous_gradients" else "Reduce Scatter"
                 ctx.report(MOE, (Z, key), f"{name} in ZeRO Stage 2 must be set to True for MoE",
                            at_value=True, help=f"remove '{key}: false'")
     if stage == 3:
-        checks = [((Z, "zero_quantized_gradients"), lambda v: _is(v, True), "zero_quantized_gradients"),
+        checks = [((Z, "zero_quantized_gradients"), lambda v: flag(v, False), "zero_quantized_gradients"),
                   ((Z, "zero_hpz_partition_size"), lambda v: isinstance(v, int) and v > 1,
                    "zero_hpz_partition_size must be 1"),
                   (("expert_parallel", "expert_tensor_parallel_size"), lambda v: isinstance(v, int) and v > 1,
@@ -291,11 +287,11 @@ def moe(ctx: DsConfig) -> None:
 
 @check(MANAGED_GAS)
 def managed_accumulation(ctx: DsConfig) -> None:
-    if not _is(ctx.get("managed_gradient_accumulation", default=True), False):
+    if flag(ctx.get("managed_gradient_accumulation"), True, pydantic=False):
         return
     stage = ctx.zero_stage
     overlap = _zero(ctx).get("overlap_comm", stage == 3)
-    if _is(overlap, True) and stage != 2:
+    if flag(overlap, False) and stage != 2:
         ctx.report(MANAGED_GAS, ("managed_gradient_accumulation",), "managed_gradient_accumulation="
                    f"False supports ZeRO overlap_comm only with ZeRO stage 2 (stage {stage}, overlap_comm on"
                    f"{'' if 'overlap_comm' in _zero(ctx) else ' by default'})",
