@@ -44,12 +44,13 @@ BOM = rule(
 )
 
 NON_FINITE = rule(
-    "DS004", "non-finite-number", "warning",
+    "DS004", "non-finite-number", "error",
     "NaN or Infinity written as a number.",
     what="Reports the literals `NaN`, `Infinity` and `-Infinity`.",
-    why="They are not JSON: Python's json accepts them but other readers (and DeepSpeed's hjson "
-        "reader, which reads them as strings) do not, and no DeepSpeed setting is meaningful at "
-        "infinity.",
+    why="They are not JSON. Python's json accepts them, but DeepSpeed's hjson reader takes them "
+        "as the start of an unquoted string: `HjsonDecodeError: Bad key name (eof)` when a `}` "
+        "follows on the same line, a string value otherwise. No DeepSpeed setting is meaningful "
+        "at infinity.",
     example='{"fp16": {"loss_scale": Infinity}}',
     use_instead='{"fp16": {"loss_scale": 0}}',
 )
@@ -79,7 +80,8 @@ def lenient_syntax(ctx: DsConfig) -> None:
     for kind, spans in by_kind.items():
         if kind == "non-finite number":
             for span in spans:
-                ctx.report_at(NON_FINITE, span, None, "NaN/Infinity is not a JSON number",
+                ctx.report_at(NON_FINITE, span, None, "NaN/Infinity is not a JSON number; DeepSpeed's "
+                              "hjson reader reads it as an unquoted string or fails",
                               help="write a finite number")
             continue
         more = f" ({len(spans)} in this file)" if len(spans) > 1 else ""
