@@ -118,6 +118,8 @@ class _Parser:
         if m and not _BAREWORD.match(self.s, m.end()):
             self.i = m.end()
             text = m.group()
+            if len(text) > 400:  # Python refuses to convert 4300+ digits; no setting is that long
+                raise self.fail(f"number with {len(text)} characters is too long to be a setting", m.start())
             return float(text) if (m.group(1) or m.group(2)) else int(text)
         for word, val in {**_LITERALS, **_NONFINITE}.items():
             if self.s.startswith(word, self.i) and not _BAREWORD.match(self.s, self.i + len(word)):

@@ -63,6 +63,8 @@ def parse_yaml(text: str, path: str) -> Document:
         raise SourceError(f"invalid YAML: {err.problem or err.context}", span) from None
     except yaml.YAMLError as err:
         raise SourceError(f"invalid YAML: {err}") from None
+    except ValueError as err:  # e.g. an integer with thousands of digits
+        raise SourceError(f"invalid YAML value: {err}") from None
     except RecursionError:
         raise SourceError(f"nesting deeper than {MAX_DEPTH} levels") from None
     finally:
