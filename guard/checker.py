@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from guard import deepspeed_schema, resources, selection
 from guard.diagnostic import Diagnostic, Severity
