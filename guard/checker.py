@@ -87,14 +87,15 @@ class Checker:
                        version=self.version, version_text=self.version_text,
                        origin=view.origin if view else {})
         self._judge_context(ctx)
-        targets = {"document"}
         if view is None:
-            if explicit:
-                what = "a JSON object" if not isinstance(doc.data, dict) else "no DeepSpeed key"
-                ctx.report_at(NO_DEEPSPEED_KEYS, ctx.span(), "", f"nothing to check: the file holds {what}"
-                              if what != "no DeepSpeed key" else "nothing to check: no DeepSpeed key found")
+            if not explicit:
+                return [], False  # found by walking a folder and not a DeepSpeed file: not ours
+            why = ("no DeepSpeed key found" if isinstance(doc.data, dict)
+                   else "the top-level value is not an object")
+            ctx.report_at(NO_DEEPSPEED_KEYS, ctx.span(), "", f"nothing to check: {why}")
+            targets = {"document"}
         else:
-            targets.add("accelerate" if view.kind == "accelerate" else "deepspeed")
+            targets = {"document", "accelerate" if view.kind == "accelerate" else "deepspeed"}
         for registered in CHECKS:
             if registered.target in targets and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(ctx)
