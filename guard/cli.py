@@ -129,7 +129,7 @@ def run_rules(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     for r in rows:
-        sys.stdout.write(f"{r.code:8} {r.severity.value:8} {r.name:34} {r.summary}\n")
+        sys.stdout.write(f"{r.code:8} {r.severity.value:8} {r.name:42} {r.summary}\n")
     return 0
 
 
