@@ -55,13 +55,7 @@ class Checker:
         self.ignore = selection.normalise(settings.ignore)
         self.version_text = settings.deepspeed_version or resources.deepspeed_versions()[-1]
         self.version = resources.version_tuple(self.version_text)
-        self.schema = deepspeed_schema.load(self._schema_version())
-
-    def _schema_version(self) -> str:
-        """The oldest vendored schema not older than the target version, else the newest."""
-        versions = resources.deepspeed_versions()
-        newer = [v for v in versions if resources.version_tuple(v) >= self.version]
-        return newer[0] if newer else versions[-1]
+        self.schema = deepspeed_schema.load(resources.nearest_deepspeed_version(self.version))
 
     def run(self, paths: list[str]) -> CheckResult:
         result = CheckResult()

@@ -25,11 +25,18 @@ def load_json(*parts: str) -> Any:
         return json.load(handle)
 
 
-def deepspeed_versions() -> list[str]:
-    """Vendored DeepSpeed schema versions, oldest first."""
+def deepspeed_versions(filename: str = "config.schema.json") -> list[str]:
+    """DeepSpeed releases with a vendored `filename`, oldest first."""
     root = schemas_dir() / "deepspeed"
-    found = [p.name for p in root.iterdir() if (p / "config.schema.json").is_file()]
+    found = [p.name for p in root.iterdir() if (p / filename).is_file()]
     return sorted(found, key=version_tuple)
+
+
+def nearest_deepspeed_version(target: tuple[int, ...], filename: str = "config.schema.json") -> str | None:
+    """The oldest vendored release not older than `target` (its data is the closest), else the newest."""
+    versions = deepspeed_versions(filename)
+    newer = [v for v in versions if version_tuple(v) >= target]
+    return newer[0] if newer else (versions[-1] if versions else None)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

@@ -184,13 +184,10 @@ ONEBIT_REMOVED = rule(
 def _load(version: tuple[int, ...]) -> dict[str, Any] | None:
     """optimizers.json of the oldest vendored release not older than `version`, else the newest."""
     try:
-        root = resources.schemas_dir() / "deepspeed"
-        found = sorted((p.name for p in root.iterdir() if (p / "optimizers.json").is_file()),
-                       key=resources.version_tuple)
-        if not found:
+        found = resources.nearest_deepspeed_version(version, "optimizers.json")
+        if found is None:
             return None
-        newer = [v for v in found if resources.version_tuple(v) >= version]
-        data = resources.load_json("deepspeed", newer[0] if newer else found[-1], "optimizers.json")
+        data = resources.load_json("deepspeed", found, "optimizers.json")
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
