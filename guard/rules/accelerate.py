@@ -146,7 +146,8 @@ def _stage(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+    text = value.strip() if isinstance(value, str) else ""
+    return int(text) if text.isdigit() and len(text) < 6 else None
 
 
 @check(ZERO3_NOT_SAVED, target="accelerate")
