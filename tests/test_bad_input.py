@@ -97,3 +97,18 @@ def test_special_inputs(tmp_path):
     assert code == 2 and "GRD001" in out and "Traceback" not in err
     code, out, _ = run_guard("check", "--isolated", str(tmp_path))  # a directory: walked, no crash
     assert code in (0, 1)
+
+
+PLUGIN_KEYS = ["zero_stage", "zero3_save_16bit_model", "offload_optimizer_device", "deepspeed_config_file",
+               "gradient_accumulation_steps", "zero3_init_flag", "zero_force_ds_cpu_optimizer", "zzz"]
+
+
+@SETTINGS
+@given(block=st.dictionaries(st.sampled_from(PLUGIN_KEYS), VALUES, max_size=6), mixed=SCALARS)
+def test_random_accelerate_yaml(tmp_path, block, mixed):
+    import yaml
+
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "DEEPSPEED",
+                                    "mixed_precision": mixed, "deepspeed_config": block}))
+    _check(path)
