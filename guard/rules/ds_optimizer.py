@@ -97,11 +97,13 @@ SCHEDULER_INT = rule(
     "DS606", "scheduler-steps-not-positive-int", "error",
     "A scheduler step count that DeepSpeed requires to be a positive integer is a float or <= 0.",
     what="Reports `warmup_num_steps` (WarmupLR, WarmupDecayLR, WarmupCosineLR) and "
-         "`lr_range_test_step_size` (LRRangeTest) written as a float (`1e3`, `1000.0`) or as an "
-         "integer <= 0. The list comes from the `isinstance(..., int)` checks in DeepSpeed's "
-         "scheduler constructors.",
-    why="JSON `1e3` is a float in Python, and the constructors check `isinstance(x, int)`: "
-        "`ValueError: warmup_num_steps must be a positive integer, got 1000.0`.",
+         "`lr_range_test_step_size` (LRRangeTest) that are <= 0 or not whole, and, in an "
+         "HF/accelerate config, written as a float (`1e3`, `1000.0`). The list comes from the "
+         "`isinstance(..., int)` checks in DeepSpeed's scheduler constructors.",
+    why="The constructors check `isinstance(x, int)`. DeepSpeed itself reads a config file with "
+        "hjson, which turns `1e3` into the int 1000, but transformers and accelerate read it with "
+        "`json.load`, where `1e3` is the float 1000.0: `ValueError: warmup_num_steps must be a "
+        "positive integer, got 1000.0`.",
     example='{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 1e3}}}',
     use_instead='{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 1000}}}',
     references=(SCHEDULES + ": WarmupLR.__init__, WarmupCosineLR.__init__, LRRangeTest.__init__", DATA),
@@ -370,6 +372,8 @@ def scheduler(ctx: DsConfig) -> None:
             continue  # absent, "auto", strings and bools belong to other rules
         if isinstance(value, int) and value > 0:
             continue
+        if isinstance(value, float) and value.is_integer() and value > 0 and not ctx.is_hf:
+            continue  # DeepSpeed reads the file with hjson, which turns 1e3 into the int 1000
         got = repr(value) if isinstance(value, float) else str(value)
         text = str(template).replace("{" + key + "}", got) or f"{key} must be a positive integer, got {got}"
         fix = f"write {int(value)}" if isinstance(value, float) and value.is_integer() and value > 0 \

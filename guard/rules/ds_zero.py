@@ -137,13 +137,14 @@ MOE = rule(
 
 MANAGED_GAS = rule(
     "DS511", "unmanaged-accumulation-overlap", "error",
-    "`managed_gradient_accumulation: false` with overlapped communication outside ZeRO-2.",
-    what="Reports `managed_gradient_accumulation: false` with `overlap_comm` on and a stage other than 2.",
-    why="The engine refuses it: 'managed_gradient_accumulation=False supports ZeRO overlap_comm only "
-        "with ZeRO stage 2'. (`overlap_comm` defaults to true for ZeRO-3.)",
-    example='{"managed_gradient_accumulation": false, "zero_optimization": {"stage": 3}}',
-    use_instead='{"managed_gradient_accumulation": false, "zero_optimization": {"stage": 3, "overlap_comm": false}}',
-    references=("deepspeed/runtime/engine.py",),
+    "`managed_gradient_accumulation: false` with overlapped communication below ZeRO-2.",
+    what="Reports `managed_gradient_accumulation: false` with `overlap_comm: true` and ZeRO stage 0 or 1.",
+    why="The engine asserts `zero_optimization_partition_gradients() or not zero_overlap_comm()` "
+        "with the message 'managed_gradient_accumulation=False supports ZeRO overlap_comm only "
+        "with ZeRO stage 2' (stage 3 partitions gradients too, so it passes).",
+    example='{"managed_gradient_accumulation": false, "zero_optimization": {"stage": 1, "overlap_comm": true}}',
+    use_instead='{"managed_gradient_accumulation": false, "zero_optimization": {"stage": 1}}',
+    references=("deepspeed/runtime/engine.py: DeepSpeedEngine._do_sanity_check",),
 )
 
 _STAGE3_ONLY = ("stage3_prefetch_bucket_size", "prefetch_bucket_size", "stage3_param_persistence_threshold",
@@ -290,10 +291,10 @@ def managed_accumulation(ctx: DsConfig) -> None:
     if flag(ctx.get("managed_gradient_accumulation"), True, pydantic=False):
         return
     stage = ctx.zero_stage
-    overlap = _zero(ctx).get("overlap_comm", stage == 3)
-    if flag(overlap, False) and stage != 2:
+    # overlap_comm defaults to true only for stage 3, which partitions gradients and passes.
+    if stage < 2 and flag(_zero(ctx).get("overlap_comm"), False):
         ctx.report(MANAGED_GAS, ("managed_gradient_accumulation",), "managed_gradient_accumulation="
-                   f"False supports ZeRO overlap_comm only with ZeRO stage 2 (stage {stage}, overlap_comm on"
-                   f"{'' if 'overlap_comm' in _zero(ctx) else ' by default'})",
-                   related=[Related("zero stage", ctx.doc.path, ctx.span(Z, "stage"))],
-                   help='set "overlap_comm": false, or use stage 2')
+                   f"False supports ZeRO overlap_comm only with ZeRO stage 2 (stage {stage} with "
+                   "overlap_comm on)", related=[Related("overlap_comm", ctx.doc.path,
+                                                        ctx.span(Z, "overlap_comm"))],
+                   help='set "overlap_comm": false, or use stage 2 or 3')
