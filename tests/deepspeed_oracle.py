@@ -49,15 +49,43 @@ def _judge(jobs: list[list]) -> list[dict]:
     return verdicts
 
 
-def run_deepspeed(jobs: list[tuple[str, int]], timeout: int = 300) -> list[dict]:
-    """Judge `jobs` (path, world size) with DeepSpeed in a subprocess."""
+def _initialize(paths: list[str]) -> list[dict]:
+    """Start a real one-rank DeepSpeed engine (CPU, gloo) on a two-layer model for each config."""
+    import logging
+    import socket
+
+    with socket.socket() as probe:  # a free local port for the one-rank process group
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import deepspeed
+    import torch
+
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    deepspeed.init_distributed(dist_backend="gloo")
+    verdicts = []
+    for path in paths:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+        try:
+            deepspeed.initialize(model=model, model_parameters=model.parameters(), config=path)
+            verdicts.append({"path": path, "accepted": True, "error": None})
+        except BaseException as err:
+            first = (str(err).strip().splitlines() or [""])[0]
+            verdicts.append({"path": path, "accepted": False, "error": f"{type(err).__name__}: {first}"[:300]})
+    return verdicts
+
+
+def run_deepspeed(jobs: list, timeout: int = 300, engine: bool = False) -> list[dict]:
+    """Judge `jobs` with DeepSpeed in a subprocess: DeepSpeedConfig on (path, world size) pairs,
+    or with `engine=True` a real `deepspeed.initialize` on each path."""
     import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(jobs, handle)
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONWARNINGS": "ignore"}
+    mode = ["--engine"] if engine else []
     try:
-        result = subprocess.run([sys.executable, __file__, handle.name], capture_output=True, text=True,
+        result = subprocess.run([sys.executable, __file__, *mode, handle.name], capture_output=True, text=True,
                                 timeout=timeout, env=env)
     finally:
         os.unlink(handle.name)
@@ -120,6 +148,7 @@ def format_table(table: dict[str, int]) -> str:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as jobs_file:
-        verdicts = _judge(json.load(jobs_file))
+    with open(sys.argv[-1]) as jobs_file:
+        jobs = json.load(jobs_file)
+    verdicts = _initialize(jobs) if "--engine" in sys.argv else _judge(jobs)
     sys.stdout.write("\n" + json.dumps(verdicts) + "\n")
