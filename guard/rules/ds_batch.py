@@ -81,7 +81,10 @@ PINNED = rule(
 
 
 def _int(ctx: DsConfig, key: str) -> int | None:
+    """A positive batch number; DeepSpeed's hjson reader turns an integral float (3.2e1) into an int."""
     value = ctx.get(key)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
