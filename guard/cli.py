@@ -32,6 +32,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _version(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"v?\d+(\.\d+){0,2}", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected a release such as 0.19.8, got {text!r}")
+    return text.strip().lstrip("v")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from guard.report import FORMATS
 
@@ -50,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--context", choices=CONTEXTS, default=None,
                      help="hf: HF Trainer/accelerate fill \"auto\"; deepspeed: plain DeepSpeed; "
                           "auto (default): hf when the config uses \"auto\"")
-    chk.add_argument("--deepspeed-version", default=None, metavar="X.Y.Z",
+    chk.add_argument("--deepspeed-version", type=_version, default=None, metavar="X.Y.Z",
                      help="judge the config for this DeepSpeed release (default: the newest vendored)")
     chk.add_argument("--world-size", type=_positive_int, default=None, metavar="N",
                      help="number of ranks the job runs on (enables exact batch-size checks)")

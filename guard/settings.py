@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,10 @@ def load_settings(pyproject: Path | None) -> Settings:
     if context not in CONTEXTS:
         raise SettingsError(f"{pyproject}: [tool.guard] context must be one of {', '.join(CONTEXTS)}")
     settings.context = context
-    settings.deepspeed_version = table.get("deepspeed-version")
+    version = table.get("deepspeed-version")
+    if version is not None and not re.fullmatch(r"v?\d+(\.\d+){0,2}", str(version)):
+        raise SettingsError(f"{pyproject}: [tool.guard] deepspeed-version must look like 0.19.8")
+    settings.deepspeed_version = None if version is None else str(version).lstrip("v")
     world = table.get("world-size")
     if world is not None and (not isinstance(world, int) or isinstance(world, bool) or world < 1):
         raise SettingsError(f"{pyproject}: [tool.guard] world-size must be a positive integer")

@@ -111,3 +111,9 @@ def test_rule_docs_commands():
     assert run_guard("rule", "XX1")[0] == 2
     code, out, _ = run_guard("rules")
     assert code == 0 and "DS101" in out and "GRD002" in out
+
+
+def test_deepspeed_version_is_validated(files):
+    code, _, err = run_guard("check", "--isolated", "--deepspeed-version", "latest", str(files / "good.json"))
+    assert code == 2 and "0.19.8" in err
+    assert run_guard("check", "--isolated", "--deepspeed-version", "0.16.9", str(files / "good.json"))[0] == 0
