@@ -6,6 +6,7 @@ from typing import TextIO
 
 from guard.checker import CheckResult
 from guard.report.concise import summary
+from guard.sources.document import split_lines
 
 
 def _excerpt(text_lines: list[str], line: int, col: int, end_col: int) -> list[str]:
@@ -22,8 +23,8 @@ def render(result: CheckResult, out: TextIO) -> None:
     for d in result.diagnostics:
         if d.path not in cache:
             try:
-                with open(d.path, encoding="utf-8-sig", errors="replace") as handle:
-                    cache[d.path] = handle.read().splitlines()
+                with open(d.path, encoding="utf-8-sig", errors="replace", newline="") as handle:
+                    cache[d.path] = split_lines(handle.read())
             except OSError:
                 cache[d.path] = []
         lines = cache[d.path]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import TextIO
+from urllib.parse import quote
 
 from guard import __version__
 from guard.checker import CheckResult
@@ -12,6 +14,13 @@ from guard.rules.registry import RULES
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def _uri(path: str) -> str:
+    """A SARIF artifact URI: percent-encoded relative reference, or a file:// URI when absolute."""
+    if os.path.isabs(path):
+        return Path(path).as_uri()
+    return quote(path.replace(os.sep, "/"), safe="/")
 
 
 def _rule(code: str) -> dict:
@@ -38,7 +47,7 @@ def render(result: CheckResult, out: TextIO) -> None:
             "message": {"text": d.message + (f" (help: {d.help})" if d.help else "")},
             "locations": [{
                 "physicalLocation": {
-                    "artifactLocation": {"uri": d.path.replace(os.sep, "/")},
+                    "artifactLocation": {"uri": _uri(d.path)},
                     "region": {"startLine": d.line, "startColumn": d.col,
                                "endLine": end_line, "endColumn": end_col},
                 },
@@ -50,7 +59,7 @@ def render(result: CheckResult, out: TextIO) -> None:
         if d.related:
             entry["relatedLocations"] = [
                 {"id": i, "message": {"text": r.message}, "physicalLocation": {
-                    "artifactLocation": {"uri": r.path.replace(os.sep, "/")},
+                    "artifactLocation": {"uri": _uri(r.path)},
                     "region": {"startLine": r.span.line, "startColumn": r.span.col}}}
                 for i, r in enumerate(d.related)]
         results.append(entry)

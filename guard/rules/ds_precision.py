@@ -88,7 +88,12 @@ def _bf16_block(ctx: DsConfig) -> str | None:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer too large for a float: bigger than any setting
+        return float("inf") if value > 0 else float("-inf")
 
 
 @check(BOTH, LEGACY_IGNORED)

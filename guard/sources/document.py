@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +65,19 @@ class Document:
             probe = probe.rsplit("/", 1)[0]
 
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
+        lines = split_lines(self.text)
         return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as JSON and YAML count them: str.splitlines would also break at U+2028, U+0085, ..."""
+    lines = LINE_BREAK.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()  # a final line break ends the last line; it does not start a new one
+    return lines
 
 
 def escape(token: str) -> str:

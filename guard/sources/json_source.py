@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from guard.diagnostic import Span
-from guard.sources.document import Document, Duplicate, Leniency, Location, SourceError, join
+from guard.sources.document import LINE_BREAK, Document, Duplicate, Leniency, Location, SourceError, join
 
 MAX_DEPTH = 200  # deeper nesting is never a real config; refusing it keeps the parser safe
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
@@ -30,7 +30,7 @@ class _Parser:
         self.s = text
         self.path = path
         self.i = 0
-        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.line_starts = [0] + [m.end() for m in LINE_BREAK.finditer(text)]
         self.locations: dict[str, Location] = {}
         self.duplicates: list[Duplicate] = []
         self.leniencies: list[Leniency] = []
@@ -59,11 +59,11 @@ class _Parser:
         while self.i < n:
             c = s[self.i]
             if c in _WS:
-                newline |= c == "\n"
+                newline |= c in "\r\n"
                 self.i += 1
             elif c == "#" or s.startswith("//", self.i):
-                end = s.find("\n", self.i)
-                end = n if end < 0 else end
+                found = LINE_BREAK.search(s, self.i)
+                end = found.start() if found else n
                 self.comments[self.pos(self.i)[0]] = s[self.i:end]
                 self.lenient("comment", self.i, end)
                 self.i = end
@@ -73,7 +73,7 @@ class _Parser:
                     raise self.fail("unterminated /* comment")
                 self.comments[self.pos(self.i)[0]] = s[self.i:end + 2]
                 self.lenient("comment", self.i, end + 2)
-                newline |= "\n" in s[self.i:end]
+                newline |= bool(LINE_BREAK.search(s, self.i, end))
                 self.i = end + 2
             else:
                 break

@@ -8,9 +8,10 @@ from typing import Any
 import yaml
 
 from guard.diagnostic import Span
-from guard.sources.document import Document, Duplicate, Location, SourceError, join
+from guard.sources.document import Document, Duplicate, Location, SourceError, join, split_lines
 
 MAX_DEPTH = 200
+MAX_VALUES = 1_000_000  # aliases can make a 300-byte file expand to 10**9 values ("billion laughs")
 _COMMENT = re.compile(r"(?:^|\s)(#.*)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -18,6 +19,24 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _span(node: yaml.Node) -> Span:
     s, e = node.start_mark, node.end_mark
     return Span(s.line + 1, s.column + 1, e.line + 1, e.column + 1)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], depth: int = 0) -> int:
+    """How many values `node` stands for once every alias is expanded (memoised per node)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    if depth > MAX_DEPTH:
+        raise SourceError(f"nesting deeper than {MAX_DEPTH} levels", _span(node))
+    memo[id(node)] = 1  # a recursive alias counts once instead of looping
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo, depth + 1) + _expanded_size(v, memo, depth + 1) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(v, memo, depth + 1) for v in node.value)
+    memo[id(node)] = size
+    if size > MAX_VALUES:
+        raise SourceError(f"YAML aliases expand to more than {MAX_VALUES:,} values", _span(node))
+    return size
 
 
 class _Walker:
@@ -55,6 +74,7 @@ def parse_yaml(text: str, path: str) -> Document:
         node = loader.get_single_node()
         if node is None:
             raise SourceError("the file holds no YAML document")
+        _expanded_size(node, {})
         walker = _Walker(loader)
         data = walker.walk(node, "", None, 0)
     except yaml.MarkedYAMLError as err:
@@ -70,7 +90,7 @@ def parse_yaml(text: str, path: str) -> Document:
     finally:
         loader.dispose()
     comments = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(split_lines(text), 1):
         if "#" in line and (m := _COMMENT.search(line)):
             comments[number] = m.group(1)
     return Document(path, text, data, "yaml", walker.locations, walker.duplicates, comments=comments)
