@@ -56,6 +56,7 @@ class Checker:
         self.version_text = settings.deepspeed_version or resources.deepspeed_versions()[-1]
         self.version = resources.version_tuple(self.version_text)
         self.schema = deepspeed_schema.load(resources.nearest_deepspeed_version(self.version))
+        self.top_level_keys = set(self.schema.known_keys(()))  # once, not per file
 
     def run(self, paths: list[str]) -> CheckResult:
         result = CheckResult()
@@ -76,7 +77,7 @@ class Checker:
             ctx = DsConfig(empty, {}, self.schema)
             ctx.report_at(rule, err.span, None, err.message)
             return self._filter(ctx.diagnostics, {}), rule is UNREADABLE
-        view = find_deepspeed(doc, set(self.schema.known_keys(())))
+        view = find_deepspeed(doc, self.top_level_keys)
         ctx = DsConfig(doc, view.data if view else {}, self.schema, kind=view.kind if view else "none",
                        version=self.version, version_text=self.version_text,
                        origin=view.origin if view else {})

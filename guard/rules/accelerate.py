@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
-from guard.rules.context import DsConfig
+from guard.rules.context import DsConfig, did_you_mean
 from guard.rules.registry import check, rule
 
 LAUNCH = "accelerate/commands/launch.py (DeepSpeed Arguments; _validate_launch_command)"
@@ -118,8 +117,7 @@ def unknown_plugin_keys(ctx: DsConfig) -> None:
             fix = "move it into a DeepSpeed JSON file and point `deepspeed_config_file` at it"
         else:
             message = f"'{name}' is not an accelerate DeepSpeed plugin field and is ignored"
-            match = difflib.get_close_matches(name, PLUGIN_FIELDS, n=1, cutoff=0.6)
-            fix = f"did you mean {match[0]!r}?" if match else None
+            fix = did_you_mean(name, PLUGIN_FIELDS)
         ctx.report(UNKNOWN_PLUGIN_KEY, ("deepspeed_config", name), message, help=fix)
 
 

@@ -123,6 +123,15 @@ def flag(value: Any, default: bool, *, pydantic: bool = True) -> bool:
     return default
 
 
+def did_you_mean(word: str, choices: Any) -> str | None:
+    """"did you mean 'x'?" for the closest choice, ignoring case and '-' vs '_'; None if none is close."""
+    import difflib
+
+    folded = {str(c).lower().replace("-", "_"): str(c) for c in choices}
+    match = difflib.get_close_matches(word.lower().replace("-", "_"), list(folded), n=1, cutoff=0.6)
+    return f"did you mean {folded[match[0]]!r}?" if match else None
+
+
 def fmt(value: Any) -> str:
     """A value as it is written in JSON, for messages."""
     import json

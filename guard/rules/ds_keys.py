@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 from typing import Any
 
 from guard import resources
 from guard.deepspeed_schema import SchemaIndex
 from guard.diagnostic import Related
-from guard.rules.context import DsConfig, fmt
+from guard.rules.context import DsConfig, did_you_mean, fmt
 from guard.rules.registry import check, rule
 
 UNKNOWN_REJECTED = rule(
@@ -138,9 +137,7 @@ def _suggest(key: str, path: tuple[str, ...], known: list[str], schema: SchemaIn
     homes = [h for h in _homes(schema).get(key, []) if h != here]
     if homes:
         return f"'{key}' belongs in {homes[0]}" + ("" if homes[0] == "the top level" else f": move it into \"{homes[0]}\"")
-    folded = key.lower().replace("-", "_")
-    close = difflib.get_close_matches(folded, known, n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None
+    return did_you_mean(key, known)
 
 
 def _removed(ctx: DsConfig) -> dict[str, str]:

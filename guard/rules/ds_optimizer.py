@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 from typing import Any
 
 from guard import resources
-from guard.rules.context import DsConfig, flag, fmt
+from guard.rules.context import DsConfig, did_you_mean, flag, fmt
 from guard.rules.registry import check, rule
 
 ENGINE = "deepspeed/runtime/engine.py: DeepSpeedEngine._configure_basic_optimizer"
@@ -200,17 +199,6 @@ def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _suggest(word: str, choices: list[str]) -> str | None:
-    """Closest choice, compared case-insensitively."""
-    by_lower = {c.lower(): c for c in choices}
-    match = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
-    return by_lower[match[0]] if match else None
-
-
-def _mean(suggestion: str | None) -> str | None:
-    return f"did you mean {suggestion!r}?" if suggestion else None
-
-
 def _truthy(value: Any) -> bool:
     return flag(value, False, pydantic=False)
 
@@ -294,7 +282,7 @@ def optimizer_type(ctx: DsConfig) -> None:
     names = list(_table(data, "deepspeed_optimizers")) + list(_table(data, "torch_optimizers"))
     ctx.report(UNKNOWN_OPTIMIZER, path, f"{written!r} is not a supported DeepSpeed Optimizer: not one of "
                "DeepSpeed's names (any case) nor a torch.optim class (exact case)",
-               help=_mean(_suggest(written, names)), at_value=True)
+               help=did_you_mean(written, names), at_value=True)
 
 
 @check(MAX_GRAD_NORM, UNKNOWN_OPTIMIZER_PARAM)
@@ -320,7 +308,7 @@ def optimizer_params(ctx: DsConfig) -> None:
             continue
         ctx.report(UNKNOWN_OPTIMIZER_PARAM, ("optimizer", "params", key),
                    f"{cls}.__init__() got an unexpected keyword argument {key!r} (optimizer {name!r})",
-                   help=_mean(_suggest(key, sorted(allowed))))
+                   help=did_you_mean(key, sorted(allowed)))
 
 
 def _scheduler(ctx: DsConfig, data: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -344,7 +332,7 @@ def scheduler(ctx: DsConfig) -> None:
     if not entry:
         names = list(_table(data, "lr_schedulers")) + list(_table(data, "torch_lr_schedulers"))
         ctx.report(UNKNOWN_SCHEDULER, ("scheduler", "type"), f"DeepSpeed does not recognize LR scheduler {name}",
-                   help=_mean(_suggest(name, names)), at_value=True)
+                   help=did_you_mean(name, names), at_value=True)
         return
     params = ctx.get("scheduler", "params")
     if params is not None and not isinstance(params, dict):
@@ -356,7 +344,7 @@ def scheduler(ctx: DsConfig) -> None:
             if key not in known and value != "auto":
                 ctx.report(UNKNOWN_SCHEDULER_PARAM, ("scheduler", "params", key),
                            f"{name}.__init__() got an unexpected keyword argument {key!r}",
-                           help=_mean(_suggest(key, known)))
+                           help=did_you_mean(key, known))
         missing = [p for p in entry.get("required") or [] if p not in params]
         if missing:
             ctx.report(SCHEDULER_REQUIRED, ("scheduler", "params") if "params" in ctx.section("scheduler")
