@@ -67,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml")
     chk.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
 
+    schema = sub.add_parser("schema", help="regenerate a data table from a framework's sources")
+    schema_sub = schema.add_subparsers(dest="schema_kind", parser_class=_Parser)
+    meg = schema_sub.add_parser("megatron", help="flag table from a Megatron-LM or Megatron-DeepSpeed checkout")
+    meg.add_argument("--source", required=True, metavar="PATH", help="the checkout (holds megatron/)")
+    meg.add_argument("--ref", default=None, help="folder name of the table, e.g. core_v0.16.1 (default: "
+                                                 "the commit's short hash)")
+    meg.add_argument("--commit", default=None, help="source commit to record (default: git rev-parse HEAD)")
+    meg.add_argument("--repo", default=None, help="owner/name to record")
+    meg.add_argument("--out", default=os.path.join("schemas", "megatron"), metavar="DIR",
+                     help="where <ref>/args.json is written (default schemas/megatron)")
+
     one = sub.add_parser("rule", help="print the documentation of one rule")
     one.add_argument("code", metavar="CODE")
     rules = sub.add_parser("rules", help="list every rule")
@@ -141,12 +152,38 @@ def run_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_schema(args: argparse.Namespace) -> int:
+    if args.schema_kind != "megatron":
+        raise UsageError("guard schema: give a kind: megatron")
+    from guard.megatron.schema_gen import build_table, write_table
+
+    source = Path(args.source)
+    if not source.is_dir():
+        raise UsageError(f"guard schema megatron: --source: no such folder: {args.source}")
+    try:
+        table = build_table(source, ref=args.ref or "", commit=args.commit, repo=args.repo)
+    except ValueError as err:
+        raise UsageError(f"guard schema megatron: {err}") from None
+    if not table["source"]["ref"]:
+        commit = table["source"]["commit"]
+        if not commit:
+            raise UsageError("guard schema megatron: not a git checkout: give --ref (and --commit)")
+        table["source"]["ref"] = commit[:7]
+    path = write_table(table, Path(args.out))
+    sys.stdout.write(f"{path}: {len(table['flags'])} flags from {table['source']['repo']} "
+                     f"{table['source']['ref']} ({table['source']['commit'] or 'commit unknown'})\n")
+    for note in table["notes"]:
+        sys.stdout.write(f"  note: {note}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        handler = {"check": run_check, "rule": run_rule, "rules": run_rules}.get(args.command)
+        handler = {"check": run_check, "rule": run_rule, "rules": run_rules,
+                   "schema": run_schema}.get(args.command)
         if handler is None:
-            raise UsageError("guard: give a command: check, rule or rules (see guard --help)")
+            raise UsageError("guard: give a command: check, rule, rules or schema (see guard --help)")
         return handler(args)
     except (UsageError, SettingsError) as err:
         sys.stderr.write(f"{err}\n")

@@ -1,0 +1,1 @@
+"""Megatron-LM and Megatron-DeepSpeed command lines: flag tables, argv parsing and derived values."""

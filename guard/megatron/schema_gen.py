@@ -1,0 +1,84 @@
+"""Build the flag table `schemas/megatron/<ref>/args.json` from a Megatron checkout (guard's output)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from guard.megatron.deprecations import validate_args_messages
+from guard.megatron.flag_extractor import extract
+from guard.megatron.source_tree import SourceTree
+
+TABLE_VERSION = 1
+
+
+def deepspeed_package_dir() -> Path | None:
+    """The folder holding the installed `deepspeed` package, found without importing it."""
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent.parent
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | None = None) -> dict[str, Any]:
+    root = Path(root)
+    flavour = "megatron-deepspeed" if (root / "megatron" / "arguments.py").is_file() else "megatron-lm"
+    packages: dict[str, Path] = {}
+    deepspeed_version = None
+    if flavour == "megatron-deepspeed":
+        where = deepspeed_package_dir()
+        if where is not None:
+            packages["deepspeed"] = where
+            deepspeed_version = _installed_version("deepspeed")
+    extraction = extract(root, packages)
+    module = "megatron.arguments" if flavour == "megatron-deepspeed" else "megatron.training.arguments"
+    messages = validate_args_messages(SourceTree(root), module)
+    flags = extraction.flags
+    for flag in flags:
+        for option in flag["option_strings"]:
+            if option in messages:
+                flag["deprecated"] = messages[option]
+    seen = {o for f in flags for o in f["option_strings"]}
+    orphans = {k: v for k, v in messages.items() if k not in seen}
+    return {
+        "table_version": TABLE_VERSION,
+        "source": {"repo": repo or ("microsoft/Megatron-DeepSpeed" if flavour == "megatron-deepspeed"
+                                    else "NVIDIA/Megatron-LM"),
+                   "ref": ref, "commit": commit or _git_commit(root), "flavour": flavour,
+                   "deepspeed_flags_from": deepspeed_version},
+        "generated_by": "guard schema megatron (guard/megatron/flag_extractor.py, libcst)",
+        "parser": {"allow_abbrev": False, "prefix_chars": "-"},
+        "flags": flags,
+        "validate_args_deprecations_without_flag": orphans,
+        "notes": extraction.notes,
+    }
+
+
+def _installed_version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_table(table: dict[str, Any], out_dir: Path) -> Path:
+    """Write args.json under out_dir/<ref>/ (a new file or a regenerated one, never a user file)."""
+    folder = Path(out_dir) / table["source"]["ref"]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "args.json"
+    path.write_text(json.dumps(table, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    return path
