@@ -1,0 +1,107 @@
+"""The vendored Megatron flag tables (schemas/megatron/<ref>/args.json), indexed for lookups."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from guard import resources
+
+# Newest first within a flavour; `--megatron-version` accepts the folder name or an alias.
+ALIASES = {"main": "main-d98e8a6", "latest": "main-d98e8a6", "0.16.1": "core_v0.16.1",
+           "core_r0.16.1": "core_v0.16.1", "v0.16.1": "core_v0.16.1",
+           "megatron-deepspeed": "megatron-deepspeed-f4157be", "deepspeed": "megatron-deepspeed-f4157be",
+           "mds": "megatron-deepspeed-f4157be"}
+DEFAULT_MEGATRON_LM = "main-d98e8a6"
+DEFAULT_MEGATRON_DEEPSPEED = "megatron-deepspeed-f4157be"
+
+
+def available() -> list[str]:
+    root = resources.schemas_dir() / "megatron"
+    return sorted(p.name for p in root.iterdir() if (p / "args.json").is_file()) if root.is_dir() else []
+
+
+def resolve_version(text: str) -> str:
+    """The table folder for a --megatron-version value; ValueError naming the choices otherwise."""
+    name = ALIASES.get(text.strip(), text.strip())
+    tables = available()
+    if name in tables:
+        return name
+    prefixed = [t for t in tables if t.startswith(name) or t.endswith(name)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    raise ValueError(f"unknown Megatron version {text!r}; vendored: {', '.join(tables)} "
+                     f"(aliases: {', '.join(sorted(ALIASES))})")
+
+
+@dataclass(frozen=True)
+class Flag:
+    option_strings: tuple[str, ...]
+    dest: str
+    action: str
+    type: str | None
+    nargs: Any
+    choices: tuple | None
+    default: Any
+    const: Any
+    group: str
+    deprecated: dict | None
+    help: str
+
+    @property
+    def takes_value(self) -> bool:
+        return self.action in ("store", "append", "extend") or (
+            self.action not in ("store_true", "store_false", "store_const", "append_const", "count",
+                                "help", "version") and self.action != "")
+
+    @property
+    def name(self) -> str:
+        return self.option_strings[0]
+
+
+class FlagTable:
+    def __init__(self, ref: str, data: dict[str, Any]):
+        self.ref = ref
+        self.source = data["source"]
+        self.flavour = self.source["flavour"]
+        self.flags: list[Flag] = []
+        self.by_option: dict[str, Flag] = {}
+        self.by_dest: dict[str, list[Flag]] = {}
+        for raw in data["flags"]:
+            flag = Flag(tuple(raw["option_strings"]), raw["dest"], raw["action"], raw.get("type"),
+                        raw.get("nargs"), tuple(raw["choices"]) if isinstance(raw.get("choices"), list) else None,
+                        raw.get("default"), raw.get("const"), raw.get("group", ""), raw.get("deprecated"),
+                        raw.get("help", ""))
+            self.flags.append(flag)
+            options = list(flag.option_strings)
+            if flag.action.endswith("BooleanOptionalAction"):  # argparse adds the --no-X form itself
+                options += ["--no-" + o[2:] for o in flag.option_strings if o.startswith("--")]
+            for option in options:
+                self.by_option.setdefault(option, flag)  # argparse would refuse a duplicate; first wins
+            self.by_dest.setdefault(flag.dest, []).append(flag)
+        self.orphan_deprecations: dict[str, dict] = data.get("validate_args_deprecations_without_flag", {})
+
+    def get(self, option: str) -> Flag | None:
+        return self.by_option.get(option)
+
+    def default(self, dest: str) -> Any:
+        flags = self.by_dest.get(dest)
+        return flags[0].default if flags else None
+
+    def suggest(self, option: str) -> str | None:
+        """The closest real flag for a mistyped one ('_' vs '-' first, then spelling)."""
+        swapped = "--" + option.lstrip("-").replace("_", "-")
+        if swapped in self.by_option:
+            return swapped
+        underscored = "--" + option.lstrip("-").replace("-", "_")
+        if underscored in self.by_option:
+            return underscored
+        match = difflib.get_close_matches(option, list(self.by_option), n=1, cutoff=0.75)
+        return match[0] if match else None
+
+
+@functools.lru_cache(maxsize=None)
+def load(ref: str) -> FlagTable:
+    return FlagTable(ref, resources.load_json("megatron", ref, "args.json"))

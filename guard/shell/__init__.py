@@ -1,0 +1,1 @@
+"""Bash launch scripts read statically: variables, arrays, heredocs and commands, with positions."""
