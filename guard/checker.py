@@ -17,6 +17,8 @@ from guard.sources.document import Document, SourceError
 from guard.sources.loader import load_document
 
 CONFIG_SUFFIXES = (".json", ".hjson", ".yaml", ".yml")
+SCRIPT_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch")  # launch scripts; other named files: command lines
+ARGV_LABEL = "<--megatron-args>"
 SKIP_DIRS = {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", ".tox", "build", "dist"}
 
 
@@ -41,9 +43,19 @@ def expand(paths: list[str]) -> list[tuple[str, bool]]:
             for folder, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
                 out.extend((os.path.join(folder, f), False) for f in sorted(files)
-                           if f.lower().endswith(CONFIG_SUFFIXES))
+                           if f.lower().endswith(CONFIG_SUFFIXES + SCRIPT_SUFFIXES))
         else:
             out.append((path, True))
+    return out
+
+
+def shell_comments(text: str) -> dict[int, str]:
+    """`# ...` comments by line, for inline suppressions in launch scripts."""
+    out = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        at = line.find("# guard:")
+        if at >= 0:
+            out[number] = line[at + 1:]
     return out
 
 
@@ -58,17 +70,22 @@ class Checker:
         self.schema = deepspeed_schema.load(resources.nearest_deepspeed_version(self.version))
         self.top_level_keys = set(self.schema.known_keys(()))  # once, not per file
 
-    def run(self, paths: list[str]) -> CheckResult:
+    def run(self, paths: list[str], megatron_args: list[str] = ()) -> CheckResult:
         result = CheckResult()
         for path, explicit in expand(paths):
             diags, unreadable = self.check_file(path, explicit)
             result.files += 1
             result.unreadable |= unreadable
             result.diagnostics.extend(diags)
+        for text in megatron_args:
+            result.files += 1
+            result.diagnostics.extend(self.check_argv(text))
         result.diagnostics.sort(key=Diagnostic.sort_key)
         return result
 
     def check_file(self, path: str, explicit: bool = True) -> tuple[list[Diagnostic], bool]:
+        if not path.lower().endswith(CONFIG_SUFFIXES):
+            return self.check_script(path, explicit)
         try:
             doc = load_document(path)
         except SourceError as err:
@@ -77,14 +94,20 @@ class Checker:
             ctx = DsConfig(empty, {}, self.schema)
             ctx.report_at(rule, err.span, None, err.message)
             return self._filter(ctx.diagnostics, {}), rule is UNREADABLE
+        return self._filter(self._check_document(doc, explicit), doc.comments), False
+
+    def _check_document(self, doc: Document, explicit: bool, world_size: bool = True) -> list[Diagnostic]:
+        """Every DeepSpeed rule over a loaded document (a config file, or a heredoc in a script)."""
         view = find_deepspeed(doc, self.top_level_keys)
         ctx = DsConfig(doc, view.data if view else {}, self.schema, kind=view.kind if view else "none",
                        version=self.version, version_text=self.version_text,
                        origin=view.origin if view else {})
         self._judge_context(ctx)
+        if not world_size:  # a heredoc: its data-parallel size is the job's, not --world-size
+            ctx.world_size, ctx.world_size_source = None, ""
         if view is None:
             if not explicit:
-                return [], False  # found by walking a folder and not a DeepSpeed file: not ours
+                return []  # found by walking a folder and not a DeepSpeed file: not ours
             why = ("no DeepSpeed key found" if isinstance(doc.data, dict)
                    else "the top-level value is not an object")
             ctx.report_at(NO_DEEPSPEED_KEYS, ctx.span(), "", f"nothing to check: {why}")
@@ -94,7 +117,61 @@ class Checker:
         for registered in CHECKS:
             if registered.target in targets and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(ctx)
-        return self._filter(ctx.diagnostics, doc.comments), False
+        return ctx.diagnostics
+
+    # -- Megatron launch scripts, command-line files, --megatron-args -----------------------------
+    def check_script(self, path: str, explicit: bool = True) -> tuple[list[Diagnostic], bool]:
+        from guard.megatron.from_script import analyse
+        from guard.sources.loader import read_text
+
+        try:
+            text, _ = read_text(path)
+        except SourceError as err:
+            rule = UNREADABLE if err.code == "GRD001" else SYNTAX_ERROR
+            diag = Diagnostic(rule.code, rule.severity, err.message, path, err.span, None, name=rule.name)
+            return self._filter([diag], {}), rule is UNREADABLE
+        found = analyse(path, text, self.settings, explicit)
+        diags = list(found.diagnostics)
+        for job in found.jobs:
+            diags.extend(self._run_megatron(job))
+        for heredoc in found.script.heredocs if found.script else []:
+            diags.extend(self._check_heredoc(heredoc))
+        return self._filter(diags, shell_comments(text)), False
+
+    def check_argv(self, text: str) -> list[Diagnostic]:
+        from guard.megatron.from_script import job_from_argv
+
+        job = job_from_argv(text, ARGV_LABEL, self.settings)
+        return self._filter(self._run_megatron(job), {}) if job is not None else []
+
+    def _run_megatron(self, job) -> list[Diagnostic]:
+        for registered in CHECKS:
+            if registered.target == "megatron" and any(self._wanted(r.code) for r in registered.rules):
+                registered.fn(job)
+        return job.diagnostics
+
+    def _check_heredoc(self, heredoc) -> list[Diagnostic]:
+        """A DeepSpeed config written by `cat <<EOF > ds_config.json`: lint it, located in the script."""
+        from dataclasses import replace
+
+        from guard.diagnostic import Span
+        from guard.megatron.from_script import heredoc_document, rendered_to_script
+
+        if not heredoc.target.resolved or not heredoc.target.text.lower().endswith(CONFIG_SUFFIXES):
+            return []
+        doc = heredoc_document(heredoc)
+        if doc is None:
+            return []
+        out = []
+        for diag in self._check_document(doc, explicit=False, world_size=False):
+            start = rendered_to_script(heredoc.body, diag.span.line, diag.span.col)
+            end = rendered_to_script(heredoc.body, *diag.span.stop)
+            span = Span(start.line, start.col, end.line, end.col) if end.line == start.line and \
+                end.col > start.col else Span(start.line, start.col)
+            out.append(replace(diag, path=heredoc.path, span=span, related=[],
+                               message=f"{diag.message} (in the DeepSpeed config written to "
+                                       f"{heredoc.target.text})"))
+        return out
 
     def _judge_context(self, ctx: DsConfig) -> None:
         settings = self.settings

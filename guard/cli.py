@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"guard {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    chk = sub.add_parser("check", help="lint DeepSpeed configs (JSON, hjson, YAML)")
+    chk = sub.add_parser("check", help="lint DeepSpeed configs, Megatron launch scripts and command lines")
     chk.add_argument("paths", nargs="*", metavar="PATH", help="files or directories")
     chk.add_argument("--format", choices=FORMATS, default=None, help="output format (default concise)")
     chk.add_argument("--select", action="append", default=None, metavar="CODES",
@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="judge the config for this DeepSpeed release (default: the newest vendored)")
     chk.add_argument("--world-size", type=_positive_int, default=None, metavar="N",
                      help="number of ranks the job runs on (enables exact batch-size checks)")
+    chk.add_argument("--gpus-per-node", type=_positive_int, default=None, metavar="G",
+                     help="GPUs per node, where the launcher does not say (tensor-parallel placement)")
+    chk.add_argument("--megatron-version", default=None, metavar="REF",
+                     help="Megatron flag table to judge command lines with (default: main for Megatron-LM, "
+                          "Megatron-DeepSpeed's when the command uses --deepspeed/--zero-stage)")
+    chk.add_argument("--megatron-args", action="append", default=[], metavar="ARGS",
+                     help="check a Megatron command line given as one string")
     chk.add_argument("--config", default=None, metavar="PYPROJECT",
                      help="read [tool.guard] from this file instead of the nearest pyproject.toml")
     chk.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml")
@@ -103,6 +110,15 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings.deepspeed_version = args.deepspeed_version
     if args.world_size:
         settings.world_size = args.world_size
+    if args.gpus_per_node:
+        settings.gpus_per_node = args.gpus_per_node
+    if args.megatron_version:
+        from guard.megatron.flag_table import resolve_version
+
+        try:
+            settings.megatron_version = resolve_version(args.megatron_version)
+        except ValueError as err:
+            raise UsageError(f"guard check: --megatron-version: {err}") from None
     return settings
 
 
@@ -110,14 +126,14 @@ def run_check(args: argparse.Namespace) -> int:
     from guard import report
     from guard.checker import Checker
 
-    if not args.paths:
-        raise UsageError("guard check: give at least one file or directory")
+    if not args.paths and not args.megatron_args:
+        raise UsageError("guard check: give at least one file or directory (or --megatron-args)")
     settings = _settings(args)
     try:
         checker = Checker(settings)
     except ValueError as err:
         raise UsageError(f"guard check: {err}") from None
-    result = checker.run(args.paths)
+    result = checker.run(args.paths, args.megatron_args)
     report.get(args.format or "concise")(result, sys.stdout)
     return 0 if args.exit_zero and result.exit_code == 1 else result.exit_code
 

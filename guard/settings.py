@@ -25,6 +25,8 @@ class Settings:
     context: str = "auto"
     deepspeed_version: str | None = None
     world_size: int | None = None
+    gpus_per_node: int | None = None
+    megatron_version: str | None = None  # a vendored flag table (None: detect the flavour, newest)
     root: Path = field(default_factory=Path.cwd)
 
     def ignores_for(self, path: str) -> list[str]:
@@ -73,7 +75,7 @@ def load_settings(pyproject: Path | None) -> Settings:
         raise SettingsError(f"{pyproject}: cannot read [tool.guard]: {err}") from None
     settings.root = pyproject.parent
     known = {"select", "ignore", "extend-select", "per-file-ignores", "context",
-             "deepspeed-version", "world-size"}
+             "deepspeed-version", "world-size", "gpus-per-node", "megatron-version"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise SettingsError(f"{pyproject}: unknown [tool.guard] setting(s): {', '.join(unknown)}")
@@ -97,4 +99,16 @@ def load_settings(pyproject: Path | None) -> Settings:
     if world is not None and (not isinstance(world, int) or isinstance(world, bool) or world < 1):
         raise SettingsError(f"{pyproject}: [tool.guard] world-size must be a positive integer")
     settings.world_size = world
+    per_node = table.get("gpus-per-node")
+    if per_node is not None and (not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1):
+        raise SettingsError(f"{pyproject}: [tool.guard] gpus-per-node must be a positive integer")
+    settings.gpus_per_node = per_node
+    megatron = table.get("megatron-version")
+    if megatron is not None:
+        from guard.megatron.flag_table import resolve_version
+
+        try:
+            settings.megatron_version = resolve_version(str(megatron))
+        except ValueError as err:
+            raise SettingsError(f"{pyproject}: [tool.guard] megatron-version: {err}") from None
     return settings

@@ -158,6 +158,9 @@ def parse(tokens: list[ArgToken], table: FlagTable) -> ParsedArgs:
                 continue
             out.problems.append(Problem("unknown", tok, f"unrecognized argument {name!r}",
                                         suggestion=table.suggest(name)))
+            # its value(s) follow it; one report for the unknown flag is enough
+            while not eq and i < len(tokens) and not _looks_like_option(tokens[i].text):
+                i += 1
             continue
         values: list[ArgToken] = []
         no_value = flag.action in NO_VALUE_ACTIONS

@@ -16,6 +16,12 @@ FAMILIES = (
     "ds_optimizer",
     "ds_misc",
     "accelerate",
+    "mlm_args",
+    "mlm_parallel",
+    "mlm_training",
+    "mlm_advice",
+    "mds",
+    "launch",
 )
 
 _loaded = False

@@ -402,6 +402,14 @@ class Interpreter:
             return self.expand(src, node).split()
         if node.type in ("command_substitution", "arithmetic_expansion"):
             return self.expand(src, node).split()
+        if node.type == "string":
+            named = [c for c in node.children if c.is_named]
+            if len(named) == 1 and named[0].type == "expansion":
+                sub = next((c for c in named[0].children if c.type == "subscript"), None)
+                if sub is not None and len(sub.children) >= 3 and sub.children[2].text == "@":
+                    var = self.vars.get(sub.children[0].text)
+                    if var is not None and isinstance(var.value, list):
+                        return list(var.value)  # "${A[@]}": one word per element, not split
         if node.type == "concatenation":
             parts = [self._part(src, c) for c in node.children]
             out = parts[0]

@@ -1,0 +1,198 @@
+"""Turn a launch script, a command-line file or an argv string into Megatron jobs for the rules."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from guard.diagnostic import Diagnostic, Span
+from guard.megatron import flag_table
+from guard.megatron.argv import parse
+from guard.megatron.job import DsConfigSource, EnvVar, MegatronJob
+from guard.settings import Settings
+from guard.shell.interpreter import Heredoc, Script, interpret
+from guard.shell.launcher import Launch, find_launches
+from guard.shell.located import LText
+
+# Flags only Megatron-DeepSpeed defines: their presence selects its flag table.
+DEEPSPEED_MARKERS = {"--deepspeed", "--deepspeed_config", "--deepscale", "--zero-stage", "--num-key-value-heads",
+                     "--no-pipeline-parallel", "--ds-sequence-parallel-size", "--deepspeed-activation-checkpointing",
+                     "--zero-reduce-bucket-size", "--cpu-optimizer", "--ds_fused_adam"}
+MAX_SCRIPT_BYTES = 5_000_000
+
+
+@dataclass
+class ScriptResult:
+    jobs: list[MegatronJob] = field(default_factory=list)
+    script: Script | None = None
+    heredoc_configs: list[tuple[Heredoc, Any]] = field(default_factory=list)  # (heredoc, Document)
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # about the script itself
+
+
+def choose_table(words: list[str], settings: Settings) -> flag_table.FlagTable:
+    if settings.megatron_version:
+        return flag_table.load(settings.megatron_version)
+    names = {w.split("=")[0] for w in words}
+    if names & DEEPSPEED_MARKERS:
+        return flag_table.load(flag_table.DEFAULT_MEGATRON_DEEPSPEED)
+    return flag_table.load(flag_table.DEFAULT_MEGATRON_LM)
+
+
+def _megatron_like(words: list[LText]) -> bool:
+    """At least one word is a flag some vendored Megatron version defines."""
+    tables = [flag_table.load(ref) for ref in flag_table.available()]
+    return any(any(t.get(w.text.split("=")[0]) for t in tables) for w in words if w.text.startswith("--"))
+
+
+def _bare_launch(script: Script) -> list[Launch]:
+    """Commands that are Megatron argv without a launcher: `--num-layers 2 ...` or `pretrain_gpt.py ...`."""
+    out = []
+    for command in script.commands:
+        words = command.words
+        if words and words[0].text.startswith("--"):
+            out.append(Launch(command, [], None, list(words), why="a bare Megatron command line (no launcher)"))
+        elif words and words[0].text.endswith(".py"):
+            out.append(Launch(command, [], words[0], list(words[1:]),
+                              why="the script runs the program directly (no launcher)"))
+    return out
+
+
+def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> ScriptResult:
+    from guard.rules.launch import NO_COMMAND, SOURCE, SYNTAX
+
+    result = ScriptResult()
+    script = interpret(path, text)
+    result.script = script
+    for finding in script.findings:
+        rule = SYNTAX if finding.kind == "syntax" else SOURCE
+        result.diagnostics.append(Diagnostic(rule.code, rule.severity, finding.message, finding.path,
+                                             finding.span, None, name=rule.name))
+    launches = [l for l in find_launches(script) if _megatron_like(l.args)]
+    known_commands = {id(l.command) for l in find_launches(script)}
+    if not launches:
+        launches = [l for l in _bare_launch(script) if id(l.command) not in known_commands
+                    and _megatron_like(l.args)]
+    if not launches and explicit:
+        result.diagnostics.append(Diagnostic(NO_COMMAND.code, NO_COMMAND.severity,
+                                             "no command of this script starts a Megatron program: nothing "
+                                             "was checked", path, Span(1, 1), None, name=NO_COMMAND.name))
+    env = {name: EnvVar(value.text if value.resolved else None, span, where)
+           for name, (value, span, where) in script.exports.items()}
+    for launch in launches:
+        result.jobs.append(_job(path, script, launch, env, settings))
+    return result
+
+
+def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], settings: Settings) -> MegatronJob:
+    tokens = [w.token() for w in launch.args]
+    table = choose_table([t.text for t in tokens], settings)
+    args = parse(tokens, table)
+    job_env = dict(env)
+    for name, value in launch.command.env.items():  # `VAR=1 torchrun ...` applies to that command only
+        job_env[name] = EnvVar(value.text if value.resolved else None, value.span(), path)
+    job = MegatronJob(path=path, args=args, table=table, launcher=launch.kind if launch.layers else "",
+                      env=job_env, program=launch.program.text if launch.program else "",
+                      anchor=launch.command.span, launch=launch)
+    job.anchor = Span(launch.command.span.line, launch.command.span.col)
+    if settings.world_size:
+        job.world_size, job.world_size_why = settings.world_size, "--world-size"
+    elif launch.layers:
+        job.world_size, job.world_size_why = launch.world_size, launch.why
+        job.world_token = launch.where.token() if launch.where is not None else None
+    else:
+        job.world_size_why = "no launcher in the script"
+    job.gpus_per_node = settings.gpus_per_node or launch.gpus_per_node
+    job.nodes = launch.nodes
+    _attach_deepspeed_config(job, script)
+    return job
+
+
+def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | None:
+    """`--megatron-args "..."`: a command line alone; the environment is unknown."""
+    script = interpret(label, text)
+    words = [w for c in script.commands for w in c.words]
+    if words and not words[0].text.startswith("-"):
+        launches = find_launches(script)
+        if launches:
+            job = _job(label, script, launches[0], {}, settings)
+            job.env = None
+            return job
+        words = words[1:] if words[0].text.endswith(".py") else words
+    tokens = [w.token() for w in words]
+    table = choose_table([t.text for t in tokens], settings)
+    job = MegatronJob(path=label, args=parse(tokens, table), table=table, env=None)
+    if settings.world_size:
+        job.world_size, job.world_size_why = settings.world_size, "--world-size"
+    job.gpus_per_node = settings.gpus_per_node
+    _attach_deepspeed_config(job, script)
+    return job
+
+
+def _attach_deepspeed_config(job: MegatronJob, script: Script) -> None:
+    occ = job.args.last("deepspeed_config") or job.args.last("deepscale_config")
+    if occ is None or not occ.values or not occ.values[0].resolved:
+        return
+    target = occ.values[0].text
+    for heredoc in reversed(script.heredocs):
+        if heredoc.target.resolved and os.path.basename(heredoc.target.text) == os.path.basename(target):
+            doc = heredoc_document(heredoc)
+            if doc is not None and isinstance(doc.data, dict):
+                job.deepspeed_config = DsConfigSource(doc.data, f"heredoc at line {heredoc.span.line}",
+                                                      _heredoc_locator(heredoc, doc))
+            return
+    candidates = [target] if os.path.isabs(target) else [
+        os.path.join(os.path.dirname(job.path) or ".", target), target]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            from guard.sources.document import SourceError
+            from guard.sources.loader import load_document
+
+            try:
+                doc = load_document(candidate)
+            except SourceError:
+                return
+            if isinstance(doc.data, dict):
+                job.deepspeed_config = DsConfigSource(
+                    doc.data, candidate, lambda *p, d=doc, c=candidate: (c, d.span(_pointer(p))))
+            return
+
+
+def _pointer(path: tuple[str, ...]) -> str:
+    from guard.sources.document import escape
+
+    return "".join("/" + escape(p) for p in path)
+
+
+def heredoc_document(heredoc: Heredoc):
+    """The heredoc's JSON as a Document (positions in the rendered text), or None if it is not JSON yet."""
+    from guard.sources.document import SourceError
+    from guard.sources.json_source import parse_json
+
+    if not heredoc.body.resolved:
+        return None
+    try:
+        return parse_json(heredoc.body.text, heredoc.path)
+    except SourceError:
+        return None
+
+
+def rendered_to_script(body: LText, line: int, col: int) -> Span:
+    """Map a (line, col) in the rendered heredoc text back to where the script wrote it."""
+    offset, current = 0, 1
+    text = body.text
+    while current < line and offset < len(text):
+        nxt = text.find("\n", offset)
+        if nxt < 0:
+            break
+        offset, current = nxt + 1, current + 1
+    index = min(offset + col - 1, len(body.pos) - 1)
+    pos = body.pos[index] if index >= 0 and body.pos else None
+    return Span(*pos) if pos else Span(1, 1)
+
+
+def _heredoc_locator(heredoc: Heredoc, doc):
+    def locate(*path: str):
+        span = doc.span(_pointer(path))
+        return heredoc.path, rendered_to_script(heredoc.body, span.line, span.col)
+    return locate

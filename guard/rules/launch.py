@@ -1,0 +1,103 @@
+"""LCH0xx and SH0xx: launcher options and the launch script itself."""
+
+from __future__ import annotations
+
+from guard.megatron.job import MegatronJob
+from guard.rules.registry import check, rule
+
+LAUNCHER_CONFLICT = rule(
+    "LCH001", "launcher-options-invalid", "error",
+    "Launcher options the launcher itself refuses.",
+    what="Checks deepspeed's `--include` with `--exclude`, and `--num_nodes/--num_gpus` with "
+         "include/exclude; torchrun's `--nnodes` format (N or MIN:MAX with 0 < MIN <= MAX).",
+    why="The launcher stops before any rank starts: `ValueError: Cannot specify num_nodes/gpus with "
+        "include/exclude`, `nnodes=2:1 is not in \"MIN:MAX\" format`.",
+    example="deepspeed --num_gpus 4 --include localhost:0,1 pretrain_gpt.py",
+    use_instead="deepspeed --include localhost:0,1 pretrain_gpt.py",
+    references=("deepspeed/launcher/runner.py", "torch/distributed/run.py"),
+)
+
+LOCAL_RANK = rule(
+    "LCH002", "local-rank-flag-unknown", "error",
+    "The launcher appends a --local_rank / --local-rank flag the Megatron version does not define.",
+    what="The deepspeed launcher appends `--local_rank=N` (unless `--no_local_rank`) and "
+         "`python -m torch.distributed.launch` appends `--local-rank=N` (unless `--use-env`); "
+         "checks that the selected Megatron version's parser accepts that spelling.",
+    why="Megatron-LM defines only `--local-rank`: launched by `deepspeed`, every rank stops with "
+        "`error: unrecognized arguments: --local_rank=0`.",
+    example="deepspeed --num_gpus 8 pretrain_gpt.py ...   # Megatron-LM",
+    use_instead="deepspeed --num_gpus 8 --no_local_rank pretrain_gpt.py ...   # or torchrun",
+)
+
+SYNTAX = rule(
+    "SH001", "bash-syntax-error", "error",
+    "The launch script has a bash syntax error (unbalanced quote, unclosed block).",
+    what="Parses the script with tree-sitter-bash and reports the first place it cannot parse.",
+    why="bash runs a script line by line and fails only when it reaches the broken line, often "
+        "after the job was queued; a lost quote also glues flags into one argument.",
+    example='GPT_ARGS="--num-layers 24\ntorchrun pretrain_gpt.py $GPT_ARGS',
+    use_instead='GPT_ARGS="--num-layers 24"\ntorchrun pretrain_gpt.py $GPT_ARGS',
+)
+
+SOURCE = rule(
+    "SH002", "unresolved-source", "info",
+    "A sourced file that guard cannot read: its variables stay unknown.",
+    what="Follows `source FILE` / `. FILE` next to the script; reports when the path is not "
+         "known statically or the file is missing.",
+    why="Values set there (parallel sizes, batch) cannot be checked; guard says so instead of "
+        "guessing.",
+    example="source $CLUSTER_ENV",
+    use_instead="source ./cluster_env.sh",
+)
+
+NO_COMMAND = rule(
+    "SH003", "no-training-command", "info",
+    "The script launches no Python program guard recognises.",
+    what="Reports a launch script in which no command starts Python (directly, or through "
+         "torchrun, deepspeed, srun, accelerate or mpirun).",
+    why="Nothing in it was checked; the command may be built in a way guard cannot follow "
+        "(eval, a function from another file).",
+    example="eval $CMD",
+    use_instead="torchrun ... pretrain_gpt.py $ARGS",
+)
+
+
+@check(LAUNCHER_CONFLICT, LOCAL_RANK, target="megatron")
+def launcher(job: MegatronJob) -> None:
+    launch = job.launch
+    if launch is None:
+        return
+    ds = launch.layer("deepspeed")
+    if ds is not None:
+        include, exclude = ds.get("--include"), ds.get("--exclude")
+        counts = ds.get("--num_gpus") or ds.get("--num_nodes")
+        if include is not None and exclude is not None:
+            job.report_at(LAUNCHER_CONFLICT, exclude.span(), "--exclude",
+                          "deepspeed: include_str and exclude_str are mutually exclusive", path=exclude.path or None)
+        elif counts is not None and (include is not None or exclude is not None):
+            job.report_at(LAUNCHER_CONFLICT, counts.span(), "--num_gpus",
+                          "deepspeed: Cannot specify num_nodes/gpus with include/exclude", path=counts.path or None)
+        if ds.get("--no_local_rank") is None and job.table.get("--local_rank") is None:
+            job.report_at(LOCAL_RANK, ds.name.span(), None,
+                          f"the deepspeed launcher appends --local_rank=N, which Megatron {job.table.ref} "
+                          "does not define: every rank stops with 'unrecognized arguments'",
+                          help="add --no_local_rank to the deepspeed launcher, or launch with torchrun",
+                          path=ds.name.path or None)
+    legacy = launch.layer("torch.distributed.launch")
+    if legacy is not None and legacy.get("--use-env", "--use_env") is None and \
+            job.table.get("--local-rank") is None:
+        job.report_at(LOCAL_RANK, legacy.name.span(), None,
+                      f"torch.distributed.launch appends --local-rank=N, which Megatron {job.table.ref} "
+                      "does not define", help="add --use-env, or use torchrun", path=legacy.name.path or None)
+    for kind in ("torchrun", "torch.distributed.launch"):
+        layer = launch.layer(kind)
+        nnodes = layer.get("--nnodes") if layer else None
+        if nnodes is not None and nnodes.resolved:
+            low, colon, high = nnodes.text.partition(":")
+            ok = low.isdigit() and (not colon or high.isdigit())
+            if ok:
+                ok = int(low) > 0 and (not colon or int(low) <= int(high))
+            if not ok:
+                job.report_at(LAUNCHER_CONFLICT, nnodes.span(), "--nnodes",
+                              f'{kind}: nnodes={nnodes.text} is not in "MIN:MAX" format (0 < MIN <= MAX)',
+                              path=nnodes.path or None)

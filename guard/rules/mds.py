@@ -1,0 +1,153 @@
+"""MDS0xx: Megatron-DeepSpeed command lines checked against the DeepSpeed JSON they load."""
+
+from __future__ import annotations
+
+from guard.diagnostic import Related
+from guard.megatron.job import MegatronJob
+from guard.rules.context import flag
+from guard.rules.registry import check, rule
+
+ZERO_STAGE = rule(
+    "MDS001", "zero-stage-mismatch", "error",
+    "--zero-stage differs from zero_optimization.stage in the DeepSpeed config.",
+    what="Compares Megatron-DeepSpeed's `--zero-stage` (default 1.0) with the JSON stage.",
+    why="DeepSpeed's engine takes the stage from the JSON, while Megatron-DeepSpeed uses "
+        "--zero-stage to decide `zero.Init` and parameter gathering: ZeRO-3 in the JSON with "
+        "--zero-stage 1 builds the full model on every GPU first; the reverse wraps a stage-1 "
+        "engine in zero.Init.",
+    example="--zero-stage 1   # ds_config: {\"zero_optimization\": {\"stage\": 3}}",
+    use_instead="--zero-stage 3",
+)
+
+BATCH = rule(
+    "MDS002", "deepspeed-batch-mismatch", "error",
+    "train_batch_size / train_micro_batch_size_per_gpu differ from --global-batch-size / --micro-batch-size.",
+    what="Compares the JSON batch keys with Megatron's flags.",
+    why="DeepSpeed asserts the JSON batch triangle at initialize (with the data-parallel size of "
+        "the pipeline grid), then Megatron overrides train_batch_size every step; a mismatch "
+        "either stops the job or trains with a batch the config does not show "
+        "(Megatron-DeepSpeed run_deepspeed_example: 64 vs 1024).",
+    example='--global-batch-size 1024   # ds_config: {"train_batch_size": 64}',
+    use_instead='--global-batch-size 1024   # ds_config: {"train_batch_size": 1024}',
+)
+
+PRECISION = rule(
+    "MDS003", "deepspeed-precision-mismatch", "error",
+    "--fp16/--bf16 disagree with fp16.enabled/bf16.enabled in the DeepSpeed config.",
+    what="Compares Megatron's precision flags with the JSON precision sections.",
+    why="Megatron builds the model in one dtype and DeepSpeed's optimizer wrapper expects "
+        "another: fp16 loss scaling on a bf16 model, or fp32 master weights missing.",
+    example='--bf16   # ds_config: {"fp16": {"enabled": true}}',
+    use_instead='--bf16   # ds_config: {"bf16": {"enabled": true}}',
+)
+
+ZERO_PIPELINE = rule(
+    "MDS004", "zero-with-pipeline-engine", "error",
+    "ZeRO stage 2 or 3 with DeepSpeed's pipeline engine (no --no-pipeline-parallel).",
+    what="Without `--no-pipeline-parallel`, Megatron-DeepSpeed wraps the model in DeepSpeed's "
+         "PipelineModule (even with PP = 1); reports a JSON ZeRO stage above 1 in that case.",
+    why="DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+        "parallelism' (Megatron-DeepSpeed#474, DeepSpeed#568).",
+    example='--pipeline-model-parallel-size 1   # ds_config: {"zero_optimization": {"stage": 3}}',
+    use_instead="--pipeline-model-parallel-size 1 --no-pipeline-parallel",
+    references=("https://github.com/deepspeedai/Megatron-DeepSpeed/issues/474",),
+)
+
+UNUSED = rule(
+    "MDS005", "deepspeed-config-unused", "warning",
+    "--deepspeed_config without --deepspeed (or --deepspeed without a config).",
+    what="Reports a DeepSpeed config passed without `--deepspeed`, which Megatron-DeepSpeed then "
+         "ignores, and `--deepspeed` without `--deepspeed_config`.",
+    why="Without --deepspeed the job trains with Megatron's own optimizer and none of the ZeRO "
+        "settings; without a config DeepSpeed stops at initialize.",
+    example="--deepspeed_config ds_config.json",
+    use_instead="--deepspeed --deepspeed_config ds_config.json",
+)
+
+CLIENT_OFFLOAD = rule(
+    "MDS006", "offload-with-megatron-optimizer", "error",
+    "Optimizer offload in the JSON while Megatron-DeepSpeed passes its own GPU optimizer.",
+    what="Reports `zero_optimization.offload_optimizer.device` cpu/nvme without `--cpu-optimizer` "
+         "(and without `zero_force_ds_cpu_optimizer: false`).",
+    why="Megatron-DeepSpeed always hands DeepSpeed a client optimizer; ZeRO-Offload refuses it: "
+        "`ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer` "
+        "(Megatron-DeepSpeed#298).",
+    example='ds_config: {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}',
+    use_instead="--cpu-optimizer   # DeepSpeedCPUAdam",
+    references=("https://github.com/deepspeedai/Megatron-DeepSpeed/issues/298",),
+)
+
+
+def _rel(job: MegatronJob, *path: str) -> list[Related]:
+    where = job.deepspeed_config.locate(*path) if job.deepspeed_config else None
+    if where is None:
+        return []
+    file, span = where
+    return [Related(f"{'.'.join(path)} in {job.deepspeed_config.label}", file, span)]
+
+
+@check(UNUSED, target="megatron")
+def deepspeed_flags(job: MegatronJob) -> None:
+    if job.flavour != "megatron-deepspeed":
+        return
+    has_config = job.given("deepspeed_config") or job.given("deepscale_config")
+    if has_config and job.v("deepspeed") is not True and job.v("deepscale") is not True:
+        job.report(UNUSED, "deepspeed_config", "--deepspeed_config without --deepspeed: Megatron-DeepSpeed "
+                   "does not use DeepSpeed and the config is ignored", help="add --deepspeed")
+    elif job.v("deepspeed") is True and not has_config:
+        job.report(UNUSED, "deepspeed", "--deepspeed without --deepspeed_config: DeepSpeed has no config "
+                   "to initialize with", help="add --deepspeed_config ds_config.json")
+
+
+@check(ZERO_STAGE, BATCH, PRECISION, ZERO_PIPELINE, CLIENT_OFFLOAD, target="megatron")
+def cross_check(job: MegatronJob) -> None:
+    ds = job.deepspeed_config
+    if ds is None or job.flavour != "megatron-deepspeed" or job.v("deepspeed") is not True:
+        return
+    data = ds.data
+    zero = data.get("zero_optimization")
+    stage = zero.get("stage", 0) if isinstance(zero, dict) else int(bool(zero))
+    if isinstance(stage, bool) or not isinstance(stage, int):
+        stage = None
+    flag_stage = job.v("zero_stage")
+    if stage is not None and isinstance(flag_stage, (int, float)) and int(flag_stage) != stage and \
+            job.known("zero_stage"):
+        job.report(ZERO_STAGE, "zero_stage", f"--zero-stage {flag_stage:g} but the DeepSpeed config "
+                   f"({ds.label}) has zero_optimization.stage {stage}", at_value=job.given("zero_stage"),
+                   related=_rel(job, "zero_optimization", "stage"), help=f"use --zero-stage {stage}")
+    for key, dest in (("train_batch_size", "global_batch_size"), ("train_micro_batch_size_per_gpu",
+                                                                   "micro_batch_size")):
+        value, mine = data.get(key), job.int_(dest)
+        if isinstance(value, int) and not isinstance(value, bool) and mine is not None and value != mine:
+            job.report(BATCH, dest, f"{key} is {value} in the DeepSpeed config ({ds.label}) but "
+                       f"{job.option(dest)} is {mine}", at_value=True, related=_rel(job, key))
+    fp16 = isinstance(data.get("fp16"), dict) and flag(data["fp16"].get("enabled"), False)
+    bf16 = (isinstance(data.get("bf16"), dict) and flag(data["bf16"].get("enabled"), False)) or (
+        isinstance(data.get("bfloat16"), dict) and flag(data["bfloat16"].get("enabled"), False))
+    for name, on_json, dest in (("fp16", fp16, "fp16"), ("bf16", bf16, "bf16")):
+        on_flag = job.v(dest) is True
+        if on_json != on_flag and (on_json or on_flag):
+            if on_flag:
+                message = f"--{name} is given but {name}.enabled is not true in the DeepSpeed config ({ds.label})"
+            else:
+                message = f"{name}.enabled is true in the DeepSpeed config ({ds.label}) but --{name} is not given"
+            job.report(PRECISION, dest if on_flag else ("bf16" if name == "bf16" else "fp16"), message,
+                       related=_rel(job, name, "enabled"))
+    pipeline_engine = job.v("no_pipeline_parallel") is not True
+    if stage is not None and stage >= 2 and pipeline_engine:
+        job.report_at(ZERO_PIPELINE, job.flag_span("pipeline_model_parallel_size")
+                      if job.given("pipeline_model_parallel_size") else job.anchor,
+                      "--no-pipeline-parallel",
+                      f"ZeRO-{stage} (DeepSpeed config {ds.label}) with DeepSpeed's pipeline engine: "
+                      "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+                      related=_rel(job, "zero_optimization", "stage"),
+                      help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
+    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+    device = offload.get("device") if isinstance(offload, dict) else None
+    if device in ("cpu", "nvme") and job.v("cpu_optimizer") is not True and \
+            data.get("zero_force_ds_cpu_optimizer", True) is not False:
+        job.report_at(CLIENT_OFFLOAD, job.flag_span("deepspeed_config"), "--deepspeed_config",
+                      f"offload_optimizer.device {device!r} with Megatron-DeepSpeed's own optimizer: "
+                      "DeepSpeed refuses ZeRO-Offload with a client optimizer",
+                      related=_rel(job, "zero_optimization", "offload_optimizer", "device"),
+                      help="add --cpu-optimizer")
