@@ -143,6 +143,9 @@ def parse(tokens: list[ArgToken], table: FlagTable) -> ParsedArgs:
     while i < len(tokens):
         tok = tokens[i]
         i += 1
+        if not tok.resolved and not _looks_like_option(tok.text):
+            out.problems.append(Problem("unresolved", tok, f"{tok.describe()!r} could not be resolved"))
+            continue
         if only_values or not _looks_like_option(tok.text):
             if tok.text == "--" and not only_values:
                 only_values = True

@@ -28,15 +28,26 @@ def dataclass_fields(tree: SourceTree, found: Found) -> list[dict[str, Any]]:
         if parent is not None:
             for f in dataclass_fields(tree, parent):
                 fields[f["name"]] = f
-    for stmt in cls.body.body:
+    body = list(cls.body.body)
+    for index, stmt in enumerate(body):
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
                 f = _field(small, found.module)
                 if f is not None:  # an override keeps the base field's position, as in dataclasses
+                    f["doc"] = _docstring(body[index + 1]) if index + 1 < len(body) else ""
                     fields[f["name"]] = f
     return list(fields.values())
+
+
+def _docstring(stmt: cst.CSTNode) -> str:
+    """The string literal right after a field: ArgumentGroupFactory uses it as the flag's help."""
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and \
+            isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString):
+        value = stmt.body[0].value.evaluated_value
+        return " ".join(value.split()) if isinstance(value, str) else ""
+    return ""
 
 
 def _field(node: cst.AnnAssign, module: str) -> dict[str, Any] | None:
@@ -100,6 +111,7 @@ def field_flag(tree: SourceTree, f: dict[str, Any]) -> dict[str, Any] | None:
     """The add_argument settings ArgumentGroupFactory derives for one field (None: it would raise)."""
     name = f["name"]
     flag: dict[str, Any] = {"option_strings": ["--" + name.replace("_", "-")], "dest": name,
+                            "help": f.get("doc", ""),
                             "default": f["default"], "action": "store", "type": None,
                             "nargs": None, "choices": None}
     try:

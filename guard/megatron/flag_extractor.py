@@ -15,7 +15,11 @@ from guard.megatron.source_tree import SourceTree
 
 ARGUMENT_FILES = ("megatron/training/arguments.py", "megatron/arguments.py")
 ENTRY_FUNCTIONS = ("parse_args",)
-DEPRECATED = re.compile(r"deprecat|no longer (valid|used|supported)|has no effect", re.I)
+# A help text or message that says the flag itself is deprecated (not one that mentions another's).
+DEPRECATED = re.compile(r"^\W*deprecated|\bdeprecated[.:;,]|\bis deprecated|\bare deprecated|"
+                        r"no longer (valid|used|supported)|has no effect", re.I)
+# In help text only a sentence that starts with "Deprecated" is about the flag itself.
+HELP_DEPRECATED = re.compile(r"(^|[.!]\s+)\W*deprecated\b|no longer (valid|used|supported)", re.I)
 REPLACEMENT = re.compile(r"\buse (--[a-z0-9][a-z0-9_-]*)", re.I)
 
 
@@ -251,7 +255,7 @@ class FlagExtractor:
         if condition:
             flag["condition"] = condition
         help_text = flag.get("help") or ""
-        if isinstance(help_text, str) and DEPRECATED.search(help_text):
+        if isinstance(help_text, str) and HELP_DEPRECATED.search(help_text):
             flag["deprecated"] = {"message": help_text}
             match = REPLACEMENT.search(help_text)
             if match:

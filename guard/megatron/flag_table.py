@@ -62,14 +62,17 @@ class Flag:
 
 
 class FlagTable:
-    def __init__(self, ref: str, data: dict[str, Any]):
+    def __init__(self, ref: str, data: dict[str, Any], entrypoint: str | None = None):
         self.ref = ref
+        self.data = data
+        self.entrypoint = entrypoint  # the entry script whose extra flags are included
         self.source = data["source"]
         self.flavour = self.source["flavour"]
         self.flags: list[Flag] = []
         self.by_option: dict[str, Flag] = {}
         self.by_dest: dict[str, list[Flag]] = {}
-        for raw in data["flags"]:
+        extra = data.get("entrypoints", {}).get(entrypoint, {}).get("flags", []) if entrypoint else []
+        for raw in [*data["flags"], *extra]:
             flag = Flag(tuple(raw["option_strings"]), raw["dest"], raw["action"], raw.get("type"),
                         raw.get("nargs"), tuple(raw["choices"]) if isinstance(raw.get("choices"), list) else None,
                         raw.get("default"), raw.get("const"), raw.get("group", ""), raw.get("deprecated"),
@@ -102,6 +105,25 @@ class FlagTable:
         return match[0] if match else None
 
 
+    def entry_for(self, program: str) -> str | None:
+        """The vendored entry script a program path names (`$MEGATRON/pretrain_gpt.py`, `train.py`)."""
+        program = program.replace("\\", "/")
+        entries = list(self.data.get("entrypoints", {}))
+        by_suffix = [e for e in entries if program == e or program.endswith("/" + e)]
+        if by_suffix:
+            return max(by_suffix, key=len)
+        base = program.rsplit("/", 1)[-1]
+        same_name = [e for e in entries if e.rsplit("/", 1)[-1] == base]
+        return same_name[0] if len(same_name) == 1 else None
+
+
 @functools.lru_cache(maxsize=None)
-def load(ref: str) -> FlagTable:
-    return FlagTable(ref, resources.load_json("megatron", ref, "args.json"))
+def load(ref: str, entrypoint: str | None = None) -> FlagTable:
+    return FlagTable(ref, resources.load_json("megatron", ref, "args.json"), entrypoint)
+
+
+def for_program(ref: str, program: str) -> FlagTable:
+    """The table of `ref`, plus the flags the program's extra_args_provider adds when it is known."""
+    base = load(ref)
+    entry = base.entry_for(program) if program else None
+    return load(ref, entry) if entry else base

@@ -30,13 +30,13 @@ class ScriptResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)  # about the script itself
 
 
-def choose_table(words: list[str], settings: Settings) -> flag_table.FlagTable:
+def choose_table(words: list[str], settings: Settings, program: str = "") -> flag_table.FlagTable:
     if settings.megatron_version:
-        return flag_table.load(settings.megatron_version)
+        return flag_table.for_program(settings.megatron_version, program)
     names = {w.split("=")[0] for w in words}
     if names & DEEPSPEED_MARKERS:
-        return flag_table.load(flag_table.DEFAULT_MEGATRON_DEEPSPEED)
-    return flag_table.load(flag_table.DEFAULT_MEGATRON_LM)
+        return flag_table.for_program(flag_table.DEFAULT_MEGATRON_DEEPSPEED, program)
+    return flag_table.for_program(flag_table.DEFAULT_MEGATRON_LM, program)
 
 
 def _megatron_like(words: list[LText]) -> bool:
@@ -86,7 +86,8 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
 
 def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], settings: Settings) -> MegatronJob:
     tokens = [w.token() for w in launch.args]
-    table = choose_table([t.text for t in tokens], settings)
+    program = launch.program.text if launch.program is not None and launch.program.resolved else ""
+    table = choose_table([t.text for t in tokens], settings, program)
     args = parse(tokens, table)
     job_env = dict(env)
     for name, value in launch.command.env.items():  # `VAR=1 torchrun ...` applies to that command only
@@ -118,9 +119,12 @@ def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | No
             job = _job(label, script, launches[0], {}, settings)
             job.env = None
             return job
-        words = words[1:] if words[0].text.endswith(".py") else words
+        program = words[0].text if words[0].text.endswith(".py") else ""
+        words = words[1:] if program else words
+    else:
+        program = ""
     tokens = [w.token() for w in words]
-    table = choose_table([t.text for t in tokens], settings)
+    table = choose_table([t.text for t in tokens], settings, program)
     job = MegatronJob(path=label, args=parse(tokens, table), table=table, env=None)
     if settings.world_size:
         job.world_size, job.world_size_why = settings.world_size, "--world-size"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.megatron.deprecations import validate_args_messages
+from guard.megatron.entrypoints import extract_entrypoints
 from guard.megatron.flag_extractor import extract
 from guard.megatron.source_tree import SourceTree
 
@@ -50,6 +51,7 @@ def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | 
         for option in flag["option_strings"]:
             if option in messages:
                 flag["deprecated"] = messages[option]
+    entrypoints = extract_entrypoints(root, packages)
     seen = {o for f in flags for o in f["option_strings"]}
     orphans = {k: v for k, v in messages.items() if k not in seen}
     return {
@@ -62,7 +64,10 @@ def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | 
         "parser": {"allow_abbrev": False, "prefix_chars": "-"},
         "flags": flags,
         "validate_args_deprecations_without_flag": orphans,
-        "notes": extraction.notes,
+        # flags an entry script adds through extra_args_provider, by its path in the checkout
+        "entrypoints": {path: {"providers": e["providers"], "flags": e["flags"]}
+                        for path, e in entrypoints.items()},
+        "notes": extraction.notes + [n for e in entrypoints.values() for n in e["notes"]],
     }
 
 
@@ -80,5 +85,21 @@ def write_table(table: dict[str, Any], out_dir: Path) -> Path:
     folder = Path(out_dir) / table["source"]["ref"]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "args.json"
-    path.write_text(json.dumps(table, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    path.write_text(_dump(table) + "\n", encoding="utf-8")
     return path
+
+
+def _dump(value: Any, depth: int = 0) -> str:
+    """JSON with one flag per line: small enough to load fast, readable in a diff."""
+    if isinstance(value, dict) and depth < 3 and not _is_flag(value):
+        pad = " " * (depth + 1)
+        items = [f"{pad}{json.dumps(k)}: {_dump(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}" if items else "{}"
+    if isinstance(value, list) and depth < 4 and value and isinstance(value[0], dict):
+        pad = " " * (depth + 1)
+        return "[\n" + ",\n".join(pad + _dump(v, depth + 1) for v in value) + "\n" + " " * depth + "]"
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def _is_flag(value: dict) -> bool:
+    return "option_strings" in value

@@ -25,11 +25,12 @@ class SourceTree:
         self.root = Path(root)
         self.packages = {name: Path(where) for name, where in (packages or {}).items()}
         self._parsed: dict[str, cst.Module | None] = {}
+        self.script_dirs: list[Path] = []  # folders of entry scripts (their sibling imports resolve there)
 
     def file_for(self, module: str) -> Path | None:
         rel = Path(*module.split("."))
         head = module.split(".")[0]
-        roots = [self.packages[head]] if head in self.packages else [self.root]
+        roots = [self.packages[head]] if head in self.packages else [self.root, *self.script_dirs]
         for root in roots:
             for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                 if candidate.is_file():

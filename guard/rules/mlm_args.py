@@ -169,6 +169,8 @@ def parse_problems(job: MegatronJob) -> None:
             job.report_at(UNRESOLVED, tok.span, None, f"{tok.describe()!r} is not known statically; "
                           "flags it may hold are not checked", path=tok.path or None)
     for occ in job.args.occurrences:
+        if occ.flag.type not in ("int", "float", "bool") and not occ.flag.choices:
+            continue  # paths and names: nothing guard checks depends on them
         for tok in occ.values:
             if not tok.resolved:
                 job.report_at(UNRESOLVED, tok.span, occ.option.text,

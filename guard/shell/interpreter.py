@@ -80,6 +80,7 @@ class Interpreter:
         self.functions: dict[str, Node] = {}
         self.depth = 0
         self.condition = ""
+        self.exited = False
 
     # -- entry ---------------------------------------------------------------------------------
     def run_file(self, path: str, text: str, source_depth: int = 0) -> None:
@@ -94,6 +95,8 @@ class Interpreter:
         if source_depth == 0:
             self._slurm_environment(path)
         for node in src.errors():
+            if not node.text and text[:node.start_byte].rstrip().endswith("\\"):
+                continue  # a line continuation at the end of the file: bash accepts it
             self.script.findings.append(Finding("syntax", f"bash syntax error near {node.text[:30]!r}",
                                                 src.span(node), path))
         self._block(src, src.root.children, source_depth)
@@ -101,6 +104,8 @@ class Interpreter:
     # -- statements ------------------------------------------------------------------------------
     def _block(self, src: Source, nodes: list[Node], depth: int) -> None:
         for node in nodes:
+            if self.exited:
+                return  # `exit` ends the script (or, inside a branch, that branch)
             self._statement(src, node, depth)
 
     def _statement(self, src: Source, node: Node, depth: int) -> None:
@@ -200,6 +205,9 @@ class Interpreter:
             body = self.functions[name]
             self._block(src, [c for c in body.children if c.is_named], depth)
             self.depth -= 1
+            return
+        if name == "exit":
+            self.exited = True
             return
         if name in ("export",):
             return
@@ -330,6 +338,9 @@ class Interpreter:
         for stmts in bodies:
             self.vars = dict(before)
             self._block(src, stmts, depth)
+            if self.exited:  # a branch that exits does not reach the code after it
+                self.exited = False
+                continue
             outcomes.append(self.vars)
         self.condition = outer
         if include_fallthrough:
@@ -369,6 +380,12 @@ class Interpreter:
 
     def _test(self, src: Source, node: Node) -> bool | None:
         """The value of an `if` test when it only compares resolved words; None otherwise."""
+        if node.type == "list" and len(node.children) == 3 and node.children[1].type in ("&&", "||"):
+            left, op, right = node.children
+            a, b = self._test(src, left), self._test(src, right)
+            if op.type == "||":
+                return True if (a is True or b is True) else (False if a is False and b is False else None)
+            return False if (a is False or b is False) else (True if a is True and b is True else None)
         if node.type != "test_command":
             return None
         inner = [c for c in node.children if c.is_named]
@@ -486,9 +503,7 @@ class Interpreter:
         value = var.value
         if isinstance(value, list):
             value = value[0] if value else LText("", (src.pos(node),), src.path)
-        if not value.resolved:
-            return LText.unknown(node.text, src.pos(node), src.path)
-        return value
+        return value  # partly unknown values keep their mask
 
     def _expansion(self, src: Source, node: Node) -> LText:
         kids = [c for c in node.children if c.type not in ("${", "}")]
@@ -634,6 +649,8 @@ _ARITH = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x 
 
 
 def _same(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
     if isinstance(a, list) or isinstance(b, list):
         return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(
             _same(x, y) for x, y in zip(a, b))

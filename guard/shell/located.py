@@ -12,13 +12,18 @@ Pos = tuple[int, int]  # 1-based line, 1-based column (characters, not bytes)
 
 @dataclass(frozen=True)
 class LText:
-    """A string plus the position of each character (None for characters made up by guard)."""
+    """A string plus the position of each character (None for characters made up by guard).
+
+    `mask` marks, per character, whether it is known (None: all known). Text that came from an
+    unresolved expansion keeps its raw spelling (`$TP`) and is marked unknown.
+    """
 
     text: str
     pos: tuple[Pos | None, ...]
     path: str = ""
     resolved: bool = True
     raw: str = ""  # the script text that produced it, for messages about unresolved values
+    mask: tuple[bool, ...] | None = None
 
     @staticmethod
     def at(text: str, line: int, col: int, path: str) -> "LText":
@@ -27,18 +32,23 @@ class LText:
 
     @staticmethod
     def unknown(raw: str, anchor: Pos | None, path: str) -> "LText":
-        return LText(raw, (anchor,) * max(len(raw), 1) if raw else (anchor,), path, resolved=False, raw=raw)
+        pos = (anchor,) * max(len(raw), 1)
+        return LText(raw, pos, path, resolved=False, raw=raw, mask=(False,) * len(raw))
 
     @staticmethod
     def plain(text: str, anchor: Pos | None = None, path: str = "") -> "LText":
         return LText(text, (anchor,) * len(text), path)
 
+    def _mask(self) -> tuple[bool, ...]:
+        return self.mask if self.mask is not None else (self.resolved,) * len(self.text)
+
     def __add__(self, other: "LText") -> "LText":
         pos = self.pos[: len(self.text)] + other.pos[: len(other.text)]
+        resolved = self.resolved and other.resolved
+        mask = None if resolved else self._mask() + other._mask()
         return LText(self.text + other.text, pos or (self.first or other.first,),
-                     self.path or other.path, self.resolved and other.resolved,
-                     (self.raw or self.text) + (other.raw or other.text)
-                     if not (self.resolved and other.resolved) else "")
+                     self.path or other.path, resolved,
+                     "" if resolved else (self.raw or self.text) + (other.raw or other.text), mask)
 
     @property
     def first(self) -> Pos | None:
@@ -46,21 +56,26 @@ class LText:
 
     def slice(self, start: int, stop: int) -> "LText":
         pos = self.pos[start:stop] or (self.pos[min(start, len(self.pos) - 1)] if self.pos else None,)
-        return LText(self.text[start:stop], pos, self.path, self.resolved, self.raw)
+        if self.resolved:
+            return LText(self.text[start:stop], pos, self.path)
+        mask = self._mask()[start:stop]
+        resolved = all(mask)
+        return LText(self.text[start:stop], pos, self.path, resolved,
+                     "" if resolved else self.text[start:stop], None if resolved else mask)
 
     def split(self) -> list["LText"]:
-        """Word splitting on blanks (IFS default) of an unquoted expansion."""
-        if not self.resolved:
-            return [self]
+        """Word splitting on blanks (IFS default) of an unquoted expansion; unknown parts stay whole."""
+        mask = self._mask()
         out, start = [], None
         for i, ch in enumerate(self.text + " "):
-            if ch in " \t\n":
+            blank = ch in " \t\n" and (i >= len(mask) or mask[i])
+            if blank:
                 if start is not None:
                     out.append(self.slice(start, i))
                     start = None
             elif start is None:
                 start = i
-        return out
+        return out or ([] if self.resolved else [self])
 
     def span(self) -> Span:
         located = [p for p in self.pos[: max(len(self.text), 1)] if p is not None]
