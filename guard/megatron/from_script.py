@@ -96,6 +96,8 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
                       env=job_env, program=launch.program.text if launch.program else "",
                       anchor=launch.command.span, launch=launch)
     job.anchor = Span(launch.command.span.line, launch.command.span.col)
+    if not launch.layers and launch.program is None:
+        job.env = None  # a bare command line: the environment it runs in is not in the file
     if settings.world_size:
         job.world_size, job.world_size_why = settings.world_size, "--world-size"
     elif launch.layers:

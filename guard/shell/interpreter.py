@@ -94,11 +94,18 @@ class Interpreter:
                 self._sbatch(match.group(1), line_no, line, path)
         if source_depth == 0:
             self._slurm_environment(path)
-        for node in src.errors():
-            if not node.text and text[:node.start_byte].rstrip().endswith("\\"):
+        for node, parent in src.errors():
+            if node.text.strip() in ("", "\\") and not src.data[node.end_byte:].strip() and \
+                    src.data[:node.end_byte].rstrip().endswith(b"\\"):
                 continue  # a line continuation at the end of the file: bash accepts it
-            self.script.findings.append(Finding("syntax", f"bash syntax error near {node.text[:30]!r}",
-                                                src.span(node), path))
+            if parent is not None:  # a construct left open: point at where it starts
+                message = f"unterminated {parent.type.replace('_', ' ')} (missing {node.type!r})"
+                span = src.span(parent)
+                span = type(span)(span.line, span.col)
+            else:
+                message = f"bash syntax error near {node.text.strip()[:30]!r}"
+                span = src.span(node)
+            self.script.findings.append(Finding("syntax", message, span, path))
         self._block(src, src.root.children, source_depth)
 
     # -- statements ------------------------------------------------------------------------------

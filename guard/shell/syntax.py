@@ -129,16 +129,17 @@ class Source:
             i += 1
         return LText("".join(chars), tuple(pos) or (raw.first,), self.path)
 
-    def errors(self) -> list[Node]:
-        """The outermost ERROR / MISSING nodes (tree-sitter recovers and goes on after them)."""
-        out: list[Node] = []
+    def errors(self) -> list[tuple[Node, "Node | None"]]:
+        """The outermost ERROR / MISSING nodes, each with the open construct a MISSING node ends."""
+        out: list[tuple[Node, Node | None]] = []
         if not self.tree.root_node.has_error:
             return out
         stack = [self.tree.root_node]
         while stack:
             node = stack.pop()
             if node.type == "ERROR" or node.is_missing:
-                out.append(Node(node, self))
+                parent = node.parent if node.is_missing and node.parent is not None else None
+                out.append((Node(node, self), Node(parent, self) if parent is not None else None))
                 continue
             if node.has_error:
                 stack.extend(reversed(node.children))
