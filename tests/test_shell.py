@@ -1,0 +1,93 @@
+"""The static bash interpreter and the launcher reader: values, positions and world sizes worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from guard.shell.interpreter import interpret
+from guard.shell.launcher import find_launches
+
+
+def _words(text: str, index: int = -1):
+    script = interpret("t.sh", text)
+    return [(w.text, w.span().line, w.span().col, w.resolved) for w in script.commands[index].words]
+
+
+def test_arrays_defaults_arithmetic_and_positions():
+    text = ("TP=${TP:-4}\n"                      # line 1: the default 4 sits at column 10
+            "N=$((2 * 3))\n"
+            "ARGS=(\n"
+            "  --tp $TP  # comment\n"            # line 4
+            "  --n \"$N\"\n"
+            ")\n"
+            "ARGS+=(--bf16)\n"
+            "python x.py ${ARGS[@]} --lr=1e-4\n")
+    assert _words(text) == [
+        ("python", 8, 1, True), ("x.py", 8, 8, True),
+        ("--tp", 4, 3, True), ("4", 1, 10, True),        # the value points where it was written
+        ("--n", 5, 3, True), ("6", 2, 3, True),          # a computed value points at its expression
+        ("--bf16", 7, 8, True), ("--lr=1e-4", 8, 24, True)]
+
+
+def test_strings_split_unless_quoted_and_quoted_array_keeps_elements():
+    text = 'S="--a 1 --b 2"\nA=("--c 3" --d)\npython x.py $S "$S" "${A[@]}"\n'
+    assert [w[0] for w in _words(text)] == ["python", "x.py", "--a", "1", "--b", "2", "--a 1 --b 2",
+                                            "--c 3", "--d"]
+
+
+def test_unknown_values_are_marked_not_guessed():
+    text = 'python x.py --tp $TP --save $1 --n ${N:-2} --m $(nproc)\n'
+    words = {w[0]: w[3] for w in _words(text)}
+    assert words["$TP"] is False and words["$1"] is False and words["$(nproc)"] is False
+    assert words["2"] is True
+
+
+def test_decidable_if_takes_one_branch_undecidable_if_makes_value_unknown():
+    text = ('MODE=${MODE:-mock}\n'
+            'if [[ "$MODE" == "mock" ]] || [ -z "$X" ]; then A=1; else A=2; fi\n'
+            'if [ "$CLUSTER" = "big" ]; then B=8; else B=4; fi\n'
+            'if [ ! -f "$P" ]; then echo missing; exit 1; fi\n'
+            'python x.py --a $A --b $B\n')
+    words = _words(text)
+    assert ("1", 2, 51, True) in words  # the then-branch value, where it is written
+    assert [w for w in words if w[0] == "$B"][0][3] is False
+
+
+def test_heredoc_source_and_sbatch(tmp_path):
+    (tmp_path / "env.sh").write_text("GBS=32\n")
+    script_path = tmp_path / "job.slurm"
+    text = ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:a100:4\n"
+            "source ./env.sh\n"
+            "cat <<EOT > ds.json\n{\"train_batch_size\": $GBS}\nEOT\n"
+            "srun python x.py --n $SLURM_NNODES\n")
+    script_path.write_text(text)
+    script = interpret(str(script_path), text)
+    (doc,) = script.heredocs
+    assert doc.target.text == "ds.json" and doc.body.text == '{"train_batch_size": 32}\n'
+    assert [w.text for w in script.commands[-1].words][-1] == "2"
+    (launch,) = find_launches(script)
+    assert launch.world_size is None  # srun without a task count, and #SBATCH gives none either
+
+
+@pytest.mark.parametrize(("line", "world", "per_node"), [
+    ("torchrun --nproc_per_node 8 --nnodes 2 train.py --x", 16, 8),
+    ("torchrun --nproc-per-node=4 train.py", 4, 4),
+    ("torchrun train.py", 1, 1),
+    ("torchrun --nnodes 1:4 --nproc-per-node 2 train.py", 8, 2),           # elastic: the largest world
+    ("python -m torch.distributed.launch --nproc_per_node 8 --use_env train.py", 8, 8),
+    ("python -u -m torch.distributed.run --nnodes 2 --nproc_per_node 4 train.py", 8, 4),
+    ("deepspeed --num_gpus 4 train.py", 4, 4),
+    ("deepspeed --num_nodes 2 --num_gpus 8 --hostfile hosts train.py", 16, 8),
+    ("deepspeed --include localhost:0,1,2 train.py", 3, 3),
+    ("deepspeed --include w1:0,1@w2:0,1 train.py", 4, 2),
+    ("deepspeed train.py", None, None),                                      # all local GPUs: unknown
+    ("accelerate launch --num_processes 16 --num_machines 2 train.py", 16, 8),
+    ("mpirun -np 32 -npernode 8 python train.py", 32, 8),
+    ("srun -N 4 --ntasks-per-node 8 python train.py", 32, 8),
+    ("srun --nodes 2 torchrun --nnodes 2 --nproc-per-node 8 train.py", 16, 8),
+    ("python train.py", 1, None),
+])
+def test_world_size_of_launchers(line, world, per_node):
+    (launch,) = find_launches(interpret("t.sh", line + "\n"))
+    assert (launch.world_size, launch.gpus_per_node) == (world, per_node)
+    assert launch.program.text == "train.py"
