@@ -91,3 +91,9 @@ def test_world_size_of_launchers(line, world, per_node):
     (launch,) = find_launches(interpret("t.sh", line + "\n"))
     assert (launch.world_size, launch.gpus_per_node) == (world, per_node)
     assert launch.program.text == "train.py"
+
+
+def test_dollar_after_slash_is_one_word():
+    """tree-sitter-bash splits `$A/$B/c` in two; bash expands it as one word."""
+    text = "W=/w\npython x.py --r $W/$W/c --p $UNSET/$W\n"
+    assert [w[0] for w in _words(text)][3:] == ["/w//w/c", "--p", "$UNSET//w"]

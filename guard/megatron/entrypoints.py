@@ -77,3 +77,8 @@ def extract_entrypoints(root: Path, packages: dict[str, Path] | None = None) -> 
             out[rel.as_posix()] = {"providers": providers, "flags": extractor.out.flags,
                                    "notes": extractor.out.notes}
     return out
+
+
+def known_programs(root: Path) -> list[str]:
+    """Entry scripts at the top of the checkout (pretrain_gpt.py, ...): their flags are the table's own."""
+    return sorted(p.name for p in root.glob("*.py") if p.name.startswith(("pretrain_", "train_", "finetune")))

@@ -105,6 +105,13 @@ class FlagTable:
         return match[0] if match else None
 
 
+    def knows_program(self, program: str) -> bool:
+        """True for a bare argv, a top-level Megatron entry script, or a vendored entry script."""
+        if not program:
+            return True
+        base = program.replace("\\", "/").rsplit("/", 1)[-1]
+        return base in self.data.get("programs", []) or self.entry_for(program) is not None
+
     def entry_for(self, program: str) -> str | None:
         """The vendored entry script a program path names (`$MEGATRON/pretrain_gpt.py`, `train.py`)."""
         program = program.replace("\\", "/")

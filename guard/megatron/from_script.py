@@ -137,16 +137,22 @@ def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | No
 
 def _attach_deepspeed_config(job: MegatronJob, script: Script) -> None:
     occ = job.args.last("deepspeed_config") or job.args.last("deepscale_config")
-    if occ is None or not occ.values or not occ.values[0].resolved:
+    if occ is None or not occ.values:
         return
     target = occ.values[0].text
+    value = occ.values[0]
     for heredoc in reversed(script.heredocs):
-        if heredoc.target.resolved and os.path.basename(heredoc.target.text) == os.path.basename(target):
+        same = (heredoc.target.resolved and value.resolved and
+                os.path.basename(heredoc.target.text) == os.path.basename(value.text)) or \
+            (not heredoc.target.resolved and not value.resolved and heredoc.target.text == value.raw)
+        if same:
             doc = heredoc_document(heredoc)
             if doc is not None and isinstance(doc.data, dict):
                 job.deepspeed_config = DsConfigSource(doc.data, f"heredoc at line {heredoc.span.line}",
                                                       _heredoc_locator(heredoc, doc))
             return
+    if not value.resolved:
+        return
     candidates = [target] if os.path.isabs(target) else [
         os.path.join(os.path.dirname(job.path) or ".", target), target]
     for candidate in candidates:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.megatron.deprecations import validate_args_messages
-from guard.megatron.entrypoints import extract_entrypoints
+from guard.megatron.entrypoints import extract_entrypoints, known_programs
 from guard.megatron.flag_extractor import extract
 from guard.megatron.source_tree import SourceTree
 
@@ -65,6 +65,7 @@ def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | 
         "flags": flags,
         "validate_args_deprecations_without_flag": orphans,
         # flags an entry script adds through extra_args_provider, by its path in the checkout
+        "programs": known_programs(root),
         "entrypoints": {path: {"providers": e["providers"], "flags": e["flags"]}
                         for path, e in entrypoints.items()},
         "notes": extraction.notes + [n for e in entrypoints.values() for n in e["notes"]],

@@ -102,7 +102,17 @@ def deepspeed_flags(job: MegatronJob) -> None:
 @check(ZERO_STAGE, BATCH, PRECISION, ZERO_PIPELINE, CLIENT_OFFLOAD, target="megatron")
 def cross_check(job: MegatronJob) -> None:
     ds = job.deepspeed_config
-    if ds is None or job.flavour != "megatron-deepspeed" or job.v("deepspeed") is not True:
+    if job.flavour != "megatron-deepspeed" or job.v("deepspeed") is not True:
+        return
+    if ds is None:
+        # the JSON is not available; --zero-stage is the stage the script says it runs
+        stage = job.v("zero_stage")
+        if job.given("zero_stage") and isinstance(stage, (int, float)) and stage >= 2 and \
+                job.v("no_pipeline_parallel") is not True:
+            job.report(ZERO_PIPELINE, "zero_stage", f"--zero-stage {stage:g} with DeepSpeed's pipeline engine "
+                       "(no --no-pipeline-parallel): ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                       "parallelism", at_value=True,
+                       help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
         return
     data = ds.data
     zero = data.get("zero_optimization")

@@ -22,6 +22,18 @@ UNKNOWN = rule(
     references=("megatron/training/arguments.py: parse_args",),
 )
 
+UNKNOWN_CUSTOM = rule(
+    "MLM011", "unknown-flag-custom-program", "warning",
+    "A flag Megatron does not define, given to a program guard does not know (it may add the flag).",
+    what="Like MLM001, for programs that are not one of Megatron's entry scripts "
+         "(`pretrain_qwen.py` of a downstream project): their `extra_args_provider` can define "
+         "more flags, so an unknown flag is a warning, still with the closest Megatron flag.",
+    why="Downstream projects (Pai-Megatron-Patch, NeMo wrappers) add flags, but a typo of a "
+        "Megatron flag still stops every rank with 'unrecognized arguments'.",
+    example="pretrain_qwen.py --tensor-model-paralel-size 2",
+    use_instead="pretrain_qwen.py --tensor-model-parallel-size 2",
+)
+
 MISSING_VALUE = rule(
     "MLM002", "flag-missing-value", "error",
     "A flag that takes a value is followed by another flag or by nothing.",
@@ -125,7 +137,7 @@ UNRESOLVED = rule(
 )
 
 
-@check(UNKNOWN, MISSING_VALUE, BAD_VALUE, VALUE_TO_SWITCH, STRAY, UNRESOLVED, target="megatron")
+@check(UNKNOWN, UNKNOWN_CUSTOM, MISSING_VALUE, BAD_VALUE, VALUE_TO_SWITCH, STRAY, UNRESOLVED, target="megatron")
 def parse_problems(job: MegatronJob) -> None:
     others = [t for t in flag_table.available() if t != job.table.ref]
     switch_ids = {id(o.option) for o in job.args.occurrences if not o.flag.takes_value}
@@ -141,7 +153,11 @@ def parse_problems(job: MegatronJob) -> None:
             if where:
                 message += f" (it exists in {', '.join(where)})"
             hint = f"did you mean {problem.suggestion!r}?" if problem.suggestion else None
-            job.report_at(UNKNOWN, tok.span, name, message, help=hint, path=tok.path or None)
+            if job.table.knows_program(job.program):
+                job.report_at(UNKNOWN, tok.span, name, message, help=hint, path=tok.path or None)
+            else:
+                job.report_at(UNKNOWN_CUSTOM, tok.span, name, f"{message}; {job.program} may define it "
+                              "itself (extra_args_provider)", help=hint, path=tok.path or None)
         elif problem.kind == "missing-value":
             job.report_at(MISSING_VALUE, tok.span, tok.text, problem.message, path=tok.path or None)
         elif problem.kind in ("bad-type", "bad-choice"):

@@ -19,7 +19,7 @@ SBATCH = re.compile(r"^#SBATCH\s+(.*)$")
 IGNORED_COMMANDS = {"echo", "printf", "mkdir", "cd", "set", "unset", "shift", "exit", "return", "true",
                     "false", "sleep", "rm", "cp", "mv", "ln", "chmod", "touch", "wait", "trap", "ulimit",
                     "module", "conda", "pip", "nvidia-smi", "date", "hostname", "tee", "ls", "cat",
-                    "sed", "awk", "grep", "pushd", "popd", "eval", "exec", "time", "umask"}
+                    "sed", "awk", "grep", "pushd", "popd", "exec", "time", "umask"}
 
 
 @dataclass
@@ -191,6 +191,7 @@ class Interpreter:
     def _command(self, src: Source, node: Node, depth: int) -> None:
         env: dict[str, LText] = {}
         words: list[LText] = []
+        previous = None
         for child in node.children:
             if child.type == "variable_assignment":
                 value_node = child.children[2] if len(child.children) > 2 else None
@@ -198,11 +199,22 @@ class Interpreter:
             elif child.type == "command_name":
                 words.extend(self.words(src, child.children[0]) if child.children else [])
             elif child.is_named and child.type not in ("file_redirect", "herestring_redirect", "comment"):
-                words.extend(self.words(src, child))
+                if words and _glued(child, previous):
+                    # tree-sitter-bash splits `$A/$B/x` into `$A/$` + `B/x`: put the word back together
+                    head = words[-1]
+                    head = head.slice(0, len(head.text) - 1) if head.text.endswith("$") else head
+                    words[-1] = head + self._after_dollar(src, child)
+                else:
+                    words.extend(self.words(src, child))
+            previous = child
         if not words:
             for name, value in env.items():  # `X=1` alone is an assignment
                 self.vars[name] = Var(value, src.span(node))
             return
+        if words[0].text == "eval" and len(words) > 1:
+            # `eval torchrun ... $ARGS`: the words are the command (a second round of splitting
+            # only matters for quoted text holding quotes, which guard does not re-parse)
+            words = [piece for w in words[1:] for piece in (w.split() if w.resolved else [w])]
         name = words[0].text
         if name in ("source", ".") and len(words) > 1:
             self._source(src, words[1], depth)
@@ -442,6 +454,18 @@ class Interpreter:
             return [out] if any(c.type in ("string", "raw_string") for c in node.children) else out.split() or [out]
         return [self.expand(src, node)]
 
+    def _after_dollar(self, src: Source, node: Node) -> LText:
+        """The word after a stray `$`: a variable name, then literal text."""
+        text = node.text
+        match = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)
+        if not match or node.type != "word":
+            return self.expand(src, node)
+        name = match.group(0)
+        value = self._lookup(src, node, name) if name in self.vars else \
+            LText.unknown("$" + name, src.pos(node), src.path)
+        rest = src.literal_range(node.start_byte + len(name.encode()), node.end_byte)
+        return value + rest
+
     def _part(self, src: Source, node: Node) -> LText:
         return self.expand(src, node)
 
@@ -628,6 +652,12 @@ class Interpreter:
                 vstart = line.find(value, start - 1 + len(key)) + 1 if value else start
                 self.script.sbatch.append((key, LText.at(value, line_no, vstart, path)))
             i += 1
+
+
+def _glued(node: Node, previous: Node | None) -> bool:
+    """`node` continues the previous word: no blank between them and the previous one ends in `$`."""
+    return previous is not None and previous.end_byte == node.start_byte and \
+        previous.type == "concatenation" and previous.children and previous.children[-1].type == "$"
 
 
 def _compare(a: str, op: str, b: str) -> bool | None:
