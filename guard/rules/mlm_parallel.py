@@ -114,12 +114,14 @@ UNEVEN = rule(
 MOE = rule(
     "MLM109", "expert-parallel-invalid", "error",
     "Expert parallelism that the world, the experts or the data-parallel group cannot hold.",
-    what="Checks `--expert-model-parallel-size` against `--num-experts` (experts % EP), and "
-         "`world % (ETP x EP x PP) == 0` (ETP defaults to TP).",
+    what="Checks `--expert-model-parallel-size` against `--num-experts` (experts % EP), "
+         "`world % (ETP x EP x PP) == 0` (ETP defaults to TP), and that MoE layers with biases "
+         "(no `--disable-bias-linear`) keep ETP at 1.",
     why="validate_args: 'num_experts must be non None to use expert model parallelism', 'Number of "
         "experts should be a multiple of expert model parallel_size.'; initialize_model_parallel: "
         "`world_size (16) is not divisible by expert_tensor_model_pipeline_parallel size (64)` "
-        "(Mixtral example: PP4 on one node leaves no room for EP8).",
+        "(Mixtral example: PP4 on one node leaves no room for EP8); TransformerConfig: 'Bias in Moe is "
+        "only supported when ETP==1'.",
     example="--num-experts 8 --expert-model-parallel-size 8 --pipeline-model-parallel-size 4   # on 8 GPUs",
     use_instead="--num-experts 8 --expert-model-parallel-size 2 --pipeline-model-parallel-size 4",
 )
@@ -348,6 +350,12 @@ def experts(job: MegatronJob) -> None:
                    f"expert_model_parallel_size ({ep})", at_value=True)
         return
     etp = job.int_("expert_tensor_parallel_size") if job.given("expert_tensor_parallel_size") else job.tp
+    if experts and etp and etp > 1 and job.v("add_bias_linear", True) is not False and \
+            job.known("add_bias_linear"):
+        where = "expert_tensor_parallel_size" if job.given("expert_tensor_parallel_size") else "num_experts"
+        job.report(MOE, where, f"Bias in MoE is only supported when ETP==1: expert_tensor_parallel_size is {etp}"
+                   f"{'' if job.given('expert_tensor_parallel_size') else ' (it defaults to TP)'} and linear "
+                   "layers have biases", help="add --disable-bias-linear, or --expert-tensor-parallel-size 1")
     if job.world_size and etp and job.pp and ep > 1 and job.world_size % (etp * ep * job.pp):
         size = etp * ep * job.pp
         job.report(MOE, "expert_model_parallel_size",

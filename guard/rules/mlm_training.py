@@ -21,7 +21,7 @@ REQUIRED = rule(
     "MLM121", "required-flag-missing", "error",
     "A flag Megatron requires is not given.",
     what="Checks that `--num-layers`, `--hidden-size`, `--num-attention-heads`, "
-         "`--max-position-embeddings` and `--micro-batch-size` are present (Megatron-LM).",
+         "`--max-position-embeddings`, `--micro-batch-size` and `--seq-length` are present (Megatron-LM).",
     why="validate_args stops with `AssertionError: hidden_size argument is None` after all ranks "
         "started.",
     example="pretrain_gpt.py --num-layers 24 --num-attention-heads 16",
@@ -134,6 +134,8 @@ def required(job: MegatronJob) -> None:
     hybrid = job.given("hybrid_layer_pattern") or job.given("hybrid_override_pattern")
     if hybrid and "num_layers" in needed:
         needed.remove("num_layers")  # derived from the pattern
+    if job.flavour != "megatron-deepspeed" and not job.given("encoder_seq_length"):
+        needed.append("seq_length")  # validate_args: `assert args.encoder_seq_length is not None`
     missing = [d for d in needed if d in job.table.by_dest and job.v(d) is None and job.known(d)]
     if missing:
         names = ", ".join(job.option(d) for d in missing)
@@ -255,3 +257,23 @@ def schedule(job: MegatronJob) -> None:
     lr, min_lr = job.v("lr"), job.v("min_lr")
     if isinstance(lr, float) and isinstance(min_lr, float) and min_lr > lr:
         job.report(LR, "min_lr", f"min_lr ({min_lr:g}) is larger than lr ({lr:g})", at_value=True)
+
+
+LEGACY = rule(
+    "MLM129", "legacy-models-checkpoint-format", "error",
+    "--use-legacy-models needs --ckpt-format torch (Megatron-LM core_v0.16 and older).",
+    what="Reports `--use-legacy-models` without `--ckpt-format torch` (the default is torch_dist).",
+    why="validate_args asserts \"legacy model format only supports the 'torch' checkpoint format.\" "
+        "The flag itself is gone on Megatron-LM main (MLM001 there).",
+    example="--use-legacy-models",
+    use_instead="--use-legacy-models --ckpt-format torch",
+)
+
+
+@check(LEGACY, target="megatron")
+def legacy_models(job: MegatronJob) -> None:
+    if "use_legacy_models" not in job.table.by_dest or job.v("use_legacy_models") is not True:
+        return
+    if job.v("ckpt_format") != "torch" and job.known("ckpt_format"):
+        job.report(LEGACY, "use_legacy_models", "legacy model format only supports the 'torch' checkpoint "
+                   f"format (--ckpt-format is {job.v('ckpt_format')!r})", help="add --ckpt-format torch")

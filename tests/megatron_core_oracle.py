@@ -1,0 +1,74 @@
+"""Judge a Megatron-LM command line with megatron-core itself: build the TransformerConfig that
+Megatron-LM's `core_transformer_config_from_args` would build, and report what it refuses.
+
+The mapping follows megatron/training/arguments.py (validate_args' derived values and
+core_transformer_config_from_args), read by hand; guard's own rule code is not used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+
+def transformer_kwargs(values: dict[str, Any], world_size: int | None) -> dict[str, Any]:
+    """TransformerConfig keyword arguments for the flag values (dest -> value) of one command line."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    args = dict(values)
+    fields = {f.name for f in dataclasses.fields(TransformerConfig) if f.init}
+    # validate_args: plain derivations (its own checks are Megatron-LM's, not megatron-core's)
+    if args.get("recompute_activations"):
+        args["recompute_granularity"] = "selective"
+    if args.get("ffn_hidden_size") is None and args.get("hidden_size"):
+        h = args["hidden_size"]
+        args["ffn_hidden_size"] = int((4 * h * 2 / 3) / 64) * 64 if args.get("swiglu") else 4 * h
+    if args.get("kv_channels") is None and args.get("hidden_size") and args.get("num_attention_heads"):
+        args["kv_channels"] = args["hidden_size"] // args["num_attention_heads"]
+    per_stage = args.get("num_layers_per_virtual_pipeline_stage")
+    pp = args.get("pipeline_model_parallel_size") or 1
+    if per_stage and args.get("num_layers"):
+        vpp = (args["num_layers"] // pp) // per_stage
+        args["virtual_pipeline_model_parallel_size"] = vpp if vpp > 1 else None
+    elif args.get("num_virtual_stages_per_pipeline_rank"):
+        vpp = args["num_virtual_stages_per_pipeline_rank"]
+        args["virtual_pipeline_model_parallel_size"] = vpp if vpp > 1 else None
+    kwargs = {name: args[name] for name in fields if name in args and args[name] is not None}
+    dtype = torch.bfloat16 if args.get("bf16") else torch.float16 if args.get("fp16") else torch.float32
+    kwargs.update(params_dtype=dtype, pipeline_dtype=dtype, fp16=bool(args.get("fp16")),
+                  bf16=bool(args.get("bf16")))
+    kwargs["num_query_groups"] = args.get("num_query_groups") if args.get("group_query_attention") else None
+    kwargs["num_moe_experts"] = args.get("num_experts")
+    kwargs["num_layers_in_first_pipeline_stage"] = args.get("decoder_first_pipeline_num_layers")
+    kwargs["num_layers_in_last_pipeline_stage"] = args.get("decoder_last_pipeline_num_layers")
+    if args.get("swiglu"):
+        kwargs.update(activation_func=F.silu, gated_linear_unit=True)
+    if "add_bias_linear" in args:
+        kwargs["add_bias_linear"] = args["add_bias_linear"]
+    # settings whose checks import Transformer Engine kernels (absent on this CPU machine)
+    for key in ("fp8", "fp4", "cuda_graph_scope", "cuda_graph_impl", "moe_permute_fusion"):
+        kwargs.pop(key, None)
+    if args.get("fp8_param_gather"):
+        kwargs.pop("fp8_param", None)
+    return kwargs
+
+
+def judge(values: dict[str, Any], world_size: int | None = None) -> str | None:
+    """None when megatron-core builds the config; otherwise its error message."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs = transformer_kwargs(values, world_size)
+    if not kwargs.get("num_layers") or not kwargs.get("hidden_size") or not kwargs.get("num_attention_heads"):
+        return "skip: the model shape is not on the command line"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            TransformerConfig(**kwargs)
+        except ImportError as err:
+            return f"skip: the check needs a GPU-side package ({err})"
+        except (ValueError, AssertionError, TypeError, ZeroDivisionError, NotImplementedError) as err:
+            return f"{type(err).__name__}: {err}"
+    return None

@@ -1,0 +1,67 @@
+"""megatron-core as the oracle: every argument set of the corpus and of the Megatron rule fixtures is
+turned into megatron-core 0.16.1's TransformerConfig; whatever megatron-core refuses, guard flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CORPUS, FIXTURES, run_guard
+
+pytest.importorskip("megatron.core")
+from megatron_core_oracle import judge  # noqa: E402
+
+from guard.megatron.from_script import analyse  # noqa: E402
+from guard.settings import Settings  # noqa: E402
+from test_megatron_corpus import NOT_ARGV, script_text  # noqa: E402
+
+# Diagnostics that explain a megatron-core refusal: any layout, model-shape, recompute or precision rule.
+EXPLAINING = ("MLM1", "MLM2")
+
+
+def argument_sets() -> list[tuple[str, Path, str]]:
+    """(name, where, script text) for each whole Megatron-LM command line we have."""
+    out = []
+    if CORPUS.is_dir():
+        for folder in ("megatron", "megatron-bad"):
+            for path in sorted((CORPUS / folder).glob("*.yaml")):
+                data = yaml.safe_load(path.read_text())
+                if "args" in data and path.stem not in NOT_ARGV:
+                    out.append((f"corpus/{path.stem}", path, script_text(data)))
+    for path in sorted((FIXTURES / "rules").glob("MLM*/*.sh")):
+        out.append((f"fixture/{path.parent.name}/{path.name}", path, path.read_text()))
+    return out
+
+
+def verdicts(tmp_path: Path):
+    rows = []
+    for name, _, text in argument_sets():
+        script = tmp_path / (name.replace("/", "__") + ".sh")
+        script.write_text(text)
+        found = analyse(str(script), text, Settings())
+        if not found.jobs or found.jobs[0].flavour != "megatron-lm":
+            continue
+        job = found.jobs[0]
+        values = {occ.flag.dest: job.args.value(occ.flag.dest) for occ in job.args.occurrences if occ.known}
+        for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "num_query_groups"):
+            values.setdefault(dest, job.table.default(dest))
+        core = judge(values, job.world_size)
+        if core is not None and core.startswith("skip"):
+            continue
+        code, out, _ = run_guard("check", "--isolated", "--format", "json", "--ignore", "MLM111", str(script))
+        flagged = sorted({d["code"] for d in json.loads(out) if d["severity"] in ("error", "warning")
+                          and d["code"].startswith(EXPLAINING)})
+        rows.append((name, core, flagged))
+    return rows
+
+
+def test_guard_flags_whatever_megatron_core_refuses(tmp_path):
+    rows = verdicts(tmp_path)
+    assert len(rows) >= 40
+    missed = [(name, core) for name, core, flagged in rows if core is not None and not flagged]
+    assert not missed, missed
+    refused = [r for r in rows if r[1] is not None]
+    assert refused, "the oracle refused nothing: the mapping is not exercising megatron-core"
