@@ -32,3 +32,9 @@ def test_cold_start_is_quick():
     print(f"\ncold `python -m guard check` on one config: {elapsed:.3f} s")
     assert result.returncode == 0, result.stdout + result.stderr
     assert elapsed < 2.0  # a sanity bound only; bench/lint_speed.py measures against the target
+
+
+def test_launch_script_check_imports_no_framework():
+    script = ROOT / "examples" / "megatron" / "train_llama_broken.sh"
+    result = subprocess.run([sys.executable, "-c", PROBE, str(script)], capture_output=True, text=True, cwd=ROOT)
+    assert "HEAVY [] EXIT 1" in result.stdout, result.stdout + result.stderr
