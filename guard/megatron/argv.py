@@ -7,12 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.diagnostic import Span
-from guard.megatron.flag_table import Flag, FlagTable
+from guard.megatron.flag_table import SWITCH_ACTIONS, Flag, FlagTable
 
 # argparse treats '-1' and '-.5' as values, not options, when no option looks like a negative number
 NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-NO_VALUE_ACTIONS = {"store_true", "store_false", "store_const", "append_const", "count",
-                    "argparse.BooleanOptionalAction", "BooleanOptionalAction"}
 
 
 @dataclass(frozen=True)
@@ -27,25 +25,6 @@ class ArgToken:
 
     def describe(self) -> str:
         return self.raw or self.text
-
-
-def tokens_from_string(text: str, path: str = "<argv>", line: int = 1) -> list[ArgToken]:
-    """Split a plain command line (shell-like quoting) into tokens with columns on one line."""
-    import shlex
-
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=False)
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    out: list[ArgToken] = []
-    pos = 0
-    for word in lexer:
-        # locate the word's first character for the column (quotes shift it; good enough for one line)
-        start = text.find(word[:1], pos) if word else pos
-        start = max(start, pos)
-        end = lexer.instream.tell() if hasattr(lexer.instream, "tell") else start + len(word)
-        out.append(ArgToken(word, Span(line, start + 1, line, end + 1), path))
-        pos = end
-    return out
 
 
 @dataclass
@@ -166,7 +145,7 @@ def parse(tokens: list[ArgToken], table: FlagTable) -> ParsedArgs:
                 i += 1
             continue
         values: list[ArgToken] = []
-        no_value = flag.action in NO_VALUE_ACTIONS
+        no_value = flag.action in SWITCH_ACTIONS
         if eq:
             if no_value:
                 out.problems.append(Problem("extra-value", tok, f"argument {name}: ignored explicit "

@@ -15,6 +15,9 @@ ALIASES = {"main": "main-d98e8a6", "latest": "main-d98e8a6", "0.16.1": "core_v0.
            "megatron-deepspeed": "megatron-deepspeed-f4157be", "deepspeed": "megatron-deepspeed-f4157be",
            "mds": "megatron-deepspeed-f4157be"}
 DEFAULT_MEGATRON_LM = "main-d98e8a6"
+# argparse actions that take no value on the command line
+SWITCH_ACTIONS = frozenset({"store_true", "store_false", "store_const", "append_const", "count", "help",
+                            "version", "argparse.BooleanOptionalAction", "BooleanOptionalAction"})
 DEFAULT_MEGATRON_DEEPSPEED = "megatron-deepspeed-f4157be"
 
 
@@ -52,9 +55,7 @@ class Flag:
 
     @property
     def takes_value(self) -> bool:
-        return self.action in ("store", "append", "extend") or (
-            self.action not in ("store_true", "store_false", "store_const", "append_const", "count",
-                                "help", "version") and self.action != "")
+        return self.action not in SWITCH_ACTIONS
 
     @property
     def name(self) -> str:

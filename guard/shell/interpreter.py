@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from guard.diagnostic import Span
-from guard.shell.located import LText, Pos
+from guard.shell.located import LText
 from guard.shell.syntax import Node, Source, parse
 
 Value = Union[LText, list[LText]]
