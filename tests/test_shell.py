@@ -97,3 +97,15 @@ def test_dollar_after_slash_is_one_word():
     """tree-sitter-bash splits `$A/$B/c` in two; bash expands it as one word."""
     text = "W=/w\npython x.py --r $W/$W/c --p $UNSET/$W\n"
     assert [w[0] for w in _words(text)][3:] == ["/w//w/c", "--p", "$UNSET//w"]
+
+
+def test_deepspeed_hostfile_beside_the_script(tmp_path):
+    (tmp_path / "hosts").write_text("# cluster\nworker-1 slots=8\nworker-2 slots=8\nworker-3 slots=8\n")
+    script = tmp_path / "run.sh"
+    for line, world in (("deepspeed --hostfile hosts train.py", 24),
+                        ("deepspeed -H hosts --num_nodes 2 train.py", 16),
+                        ("deepspeed --hostfile hosts --num_nodes 2 --num_gpus 4 train.py", 8),
+                        ("deepspeed --hostfile missing train.py", None)):
+        script.write_text(line + "\n")
+        (launch,) = find_launches(interpret(str(script), line + "\n"))
+        assert launch.world_size == world, line

@@ -237,7 +237,16 @@ def _deepspeed(launch: Launch, layer: Layer) -> Launch:
             launch.why = f"deepspeed --include {include.text}"
             return launch
     per_node, node_count = _int(gpus), _int(nodes)
-    if gpus is not None and per_node is not None and layer.get("--hostfile", "-H") is None:
+    hostfile = layer.get("--hostfile", "-H")
+    slots = _hostfile_slots(hostfile, launch.command.path) if hostfile is not None else None
+    if slots:
+        hosts = slots[:node_count] if node_count else slots
+        counts = [min(n, per_node) if per_node else n for n in hosts]
+        launch.world_size, launch.nodes = sum(counts), len(counts)
+        launch.gpus_per_node = counts[0] if len(set(counts)) == 1 else None
+        launch.why = f"deepspeed hostfile {hostfile.text}: {' + '.join(map(str, counts))} slots"
+        return launch
+    if gpus is not None and per_node is not None and hostfile is None:
         node_count = node_count or 1
     launch.gpus_per_node, launch.nodes = per_node, node_count
     if per_node is not None and node_count is not None:
@@ -247,6 +256,30 @@ def _deepspeed(launch: Launch, layer: Layer) -> Launch:
         launch.why = ("deepspeed: the world size comes from the hostfile or the GPUs of the machine "
                       "(give --num_gpus/--num_nodes, or --world-size)")
     return launch
+
+
+def _hostfile_slots(hostfile: LText, script_path: str) -> list[int] | None:
+    """Slots per host of a DeepSpeed hostfile (`host slots=N` lines) found beside the script."""
+    if not hostfile.resolved:
+        return None
+    path = hostfile.text if os.path.isabs(hostfile.text) else \
+        os.path.join(os.path.dirname(script_path) or ".", hostfile.text)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read(1_000_000).splitlines()
+    except OSError:
+        return None
+    slots = []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        found = [p.split("=", 1)[1] for p in parts[1:] if p.startswith("slots=")]
+        if not found or not found[0].isdigit():
+            return None  # DeepSpeed refuses a bad entry; guard does not guess
+        slots.append(int(found[0]))
+    return slots or None
 
 
 def _srun(launch: Launch, layer: Layer) -> Launch:
