@@ -131,6 +131,8 @@ class Checker:
             diag = Diagnostic(rule.code, rule.severity, err.message, path, err.span, None, name=rule.name)
             return self._filter([diag], {}), rule is UNREADABLE
         found = analyse(path, text, self.settings, explicit)
+        if not explicit and not found.jobs:
+            return [], False  # a script found by walking a folder that launches no Megatron job: not ours
         diags = list(found.diagnostics)
         for job in found.jobs:
             diags.extend(self._run_megatron(job))

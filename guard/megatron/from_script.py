@@ -86,7 +86,8 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
 
 def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], settings: Settings) -> MegatronJob:
     tokens = [w.token() for w in launch.args]
-    program = launch.program.text if launch.program is not None and launch.program.resolved else ""
+    # `$MEGATRON/pretrain_gpt.py`: the literal tail names the program even when the folder is unknown
+    program = launch.program.text if launch.program is not None else ""
     table = choose_table([t.text for t in tokens], settings, program)
     args = parse(tokens, table)
     job_env = dict(env)
