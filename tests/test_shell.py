@@ -109,3 +109,8 @@ def test_deepspeed_hostfile_beside_the_script(tmp_path):
         script.write_text(line + "\n")
         (launch,) = find_launches(interpret(str(script), line + "\n"))
         assert launch.world_size == world, line
+
+
+def test_eval_of_a_command_string_stops_at_its_redirection():
+    text = 'CMD="python x.py --a 1 &> log.txt"\neval ${CMD}\n'
+    assert [w[0] for w in _words(text)] == ["python", "x.py", "--a", "1"]

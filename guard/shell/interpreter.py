@@ -16,6 +16,7 @@ Value = Union[LText, list[LText]]
 MAX_SOURCE_DEPTH = 8
 MAX_CALL_DEPTH = 16
 SBATCH = re.compile(r"^#SBATCH\s+(.*)$")
+EVAL_STOP = re.compile(r"^(\d*>>?|&>>?|\d*<|\||\|\||&&?|;|\d*>&\d+)")
 IGNORED_COMMANDS = {"echo", "printf", "mkdir", "cd", "set", "unset", "shift", "exit", "return", "true",
                     "false", "sleep", "rm", "cp", "mv", "ln", "chmod", "touch", "wait", "trap", "ulimit",
                     "module", "conda", "pip", "nvidia-smi", "date", "hostname", "tee", "ls", "cat",
@@ -215,6 +216,9 @@ class Interpreter:
             # `eval torchrun ... $ARGS`: the words are the command (a second round of splitting
             # only matters for quoted text holding quotes, which guard does not re-parse)
             words = [piece for w in words[1:] for piece in (w.split() if w.resolved else [w])]
+            # eval re-reads redirections and operators held in the string: the command ends there
+            cut = next((i for i, w in enumerate(words) if w.resolved and EVAL_STOP.match(w.text)), len(words))
+            words = words[:cut] or words[:1]
         name = words[0].text
         if name in ("source", ".") and len(words) > 1:
             self._source(src, words[1], depth)
