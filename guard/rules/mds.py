@@ -22,7 +22,8 @@ ZERO_STAGE = rule(
 BATCH = rule(
     "MDS002", "deepspeed-batch-mismatch", "error",
     "train_batch_size / train_micro_batch_size_per_gpu differ from --global-batch-size / --micro-batch-size.",
-    what="Compares the JSON batch keys with Megatron's flags.",
+    what="Compares the JSON batch keys with Megatron's flags, and checks the JSON's own batch "
+         "triangle with the data-parallel size of Megatron's grid (world / (TP x PP)).",
     why="DeepSpeed asserts the JSON batch triangle at initialize (with the data-parallel size of "
         "the pipeline grid), then Megatron overrides train_batch_size every step; a mismatch "
         "either stops the job or trains with a batch the config does not show "
@@ -131,6 +132,7 @@ def cross_check(job: MegatronJob) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and mine is not None and value != mine:
             job.report(BATCH, dest, f"{key} is {value} in the DeepSpeed config ({ds.label}) but "
                        f"{job.option(dest)} is {mine}", at_value=True, related=_rel(job, key))
+    _triangle(job, ds)
     fp16 = isinstance(data.get("fp16"), dict) and flag(data["fp16"].get("enabled"), False)
     bf16 = (isinstance(data.get("bf16"), dict) and flag(data["bf16"].get("enabled"), False)) or (
         isinstance(data.get("bfloat16"), dict) and flag(data["bfloat16"].get("enabled"), False))
@@ -161,3 +163,26 @@ def cross_check(job: MegatronJob) -> None:
                       "DeepSpeed refuses ZeRO-Offload with a client optimizer",
                       related=_rel(job, "zero_optimization", "offload_optimizer", "device"),
                       help="add --cpu-optimizer")
+
+
+def _triangle(job: MegatronJob, ds) -> None:
+    """DeepSpeed asserts its batch triangle at initialize with the data-parallel size of Megatron's grid."""
+    data = ds.data
+    values = [data.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                     "gradient_accumulation_steps")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return
+    tp, pp = job.tp, job.pp
+    if job.world_size is None or not tp or not pp or job.world_size % (tp * pp):
+        return
+    # the pipeline engine's grid is world / (TP x PP); with --no-pipeline-parallel, Megatron's mpu
+    dp = job.dp if job.v("no_pipeline_parallel") is True else job.world_size // (tp * pp)
+    if dp is None:
+        return
+    tbs, micro, gas = values
+    if tbs != micro * gas * dp:
+        job.report_at(BATCH, job.flag_span("deepspeed_config"), "--deepspeed_config",
+                      f"train_batch_size({tbs}) != micro({micro}) * gas({gas}) * data_parallel({dp}) in the "
+                      f"DeepSpeed config ({ds.label}); DeepSpeed asserts it at initialize "
+                      f"(data-parallel size = world {job.world_size} / (tp {tp} * pp {pp}))",
+                      related=_rel(job, "train_batch_size"))
