@@ -4,7 +4,8 @@ Started by test_megatron_lm_oracle.py with PYTHONPATH set to a Megatron-LM check
 Patched for a CPU-only machine (the only patches): megatron.core.transformer.custom_layers.
 batch_invariant_kernels, which imports triton at module load, is replaced by a stub (argument
 validation never calls it); and validate_args' `get_device_arch_version()` answers 9 (Hopper, the
-GPUs the corpus scripts target) instead of asking CUDA.
+GPUs the corpus scripts target) instead of asking CUDA, as does `torch.cuda.get_device_capability()`
+((9, 0); the grouped-GEMM check asks it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def main() -> None:
     from megatron.training.arguments import parse_args, validate_args
 
     arguments.get_device_arch_version = lambda: 9
+    import torch
+
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
 
     cases = json.load(sys.stdin)
     verdicts = {}

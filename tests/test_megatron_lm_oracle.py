@@ -28,6 +28,21 @@ PROVIDERS = {"pretrain_gpt.py": "megatron.post_training.arguments:add_modelopt_a
              "pretrain_mamba.py": "megatron.post_training.arguments:add_modelopt_args"}
 
 
+def _argv(job) -> list[str] | None:
+    """The argv Megatron receives; an unresolved path or name becomes a placeholder, anything else skips."""
+    placeholders = {id(tok) for occ in job.args.occurrences if occ.flag.type in (None, "str")
+                    and occ.flag.choices is None for tok in occ.values}
+    out = []
+    for tok in job.args.tokens:
+        if tok.resolved:
+            out.append(tok.text)
+        elif id(tok) in placeholders:
+            out.append("/unresolved/placeholder")
+        else:
+            return None
+    return out
+
+
 def lm_verdicts(tmp_path: Path):
     settings = Settings(megatron_version="core_v0.16.1")
     cases, scripts = [], {}
@@ -39,12 +54,12 @@ def lm_verdicts(tmp_path: Path):
             continue  # Megatron-DeepSpeed command lines: not this oracle's parser
         found = analyse(str(script), text, settings)
         job = found.jobs[0]
-        tokens = job.args.tokens
-        if not job.world_size or any(not t.resolved for t in tokens) or job.flavour != "megatron-lm":
+        argv = _argv(job)
+        if not job.world_size or argv is None:
             continue  # Megatron needs the real argv and WORLD_SIZE
         var = job.env_value("CUDA_DEVICE_MAX_CONNECTIONS")
         program = (job.program or "pretrain_gpt.py").rsplit("/", 1)[-1]
-        cases.append({"name": name, "program": program, "argv": [t.text for t in tokens],
+        cases.append({"name": name, "program": program, "argv": argv,
                       "world_size": job.world_size, "provider": PROVIDERS.get(program),
                       "ignore_unknown": not job.table.knows_program(job.program)
                       or (job.table.entrypoint is not None and program not in PROVIDERS),
