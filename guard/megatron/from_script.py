@@ -68,8 +68,9 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
         rule = SYNTAX if finding.kind == "syntax" else SOURCE
         result.diagnostics.append(Diagnostic(rule.code, rule.severity, finding.message, finding.path,
                                              finding.span, None, name=rule.name))
-    launches = [l for l in find_launches(script) if _megatron_like(l.args)]
-    known_commands = {id(l.command) for l in find_launches(script)}
+    found = find_launches(script)
+    launches = [l for l in found if _megatron_like(l.args)]
+    known_commands = {id(l.command) for l in found}
     if not launches:
         launches = [l for l in _bare_launch(script) if id(l.command) not in known_commands
                     and _megatron_like(l.args)]
@@ -94,7 +95,7 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
     for name, value in launch.command.env.items():  # `VAR=1 torchrun ...` applies to that command only
         job_env[name] = EnvVar(value.text if value.resolved else None, value.span(), path)
     job = MegatronJob(path=path, args=args, table=table, launcher=launch.kind if launch.layers else "",
-                      env=job_env, program=launch.program.text if launch.program else "",
+                      env=job_env, program=program,
                       anchor=launch.command.span, launch=launch)
     job.anchor = Span(launch.command.span.line, launch.command.span.col)
     if not launch.layers and launch.program is None:
@@ -128,7 +129,7 @@ def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | No
         program = ""
     tokens = [w.token() for w in words]
     table = choose_table([t.text for t in tokens], settings, program)
-    job = MegatronJob(path=label, args=parse(tokens, table), table=table, env=None)
+    job = MegatronJob(path=label, args=parse(tokens, table), table=table, env=None, program=program)
     if settings.world_size:
         job.world_size, job.world_size_why = settings.world_size, "--world-size"
     job.gpus_per_node = settings.gpus_per_node
