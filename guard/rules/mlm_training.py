@@ -92,12 +92,17 @@ SCHEDULE = rule(
     "Iteration-based and sample-based training flags are mixed.",
     what="With `--train-iters`, reports `--lr-decay-samples`/`--lr-warmup-samples`/"
          "`--train-samples`; with `--train-samples`, reports `--lr-decay-iters`/`--lr-warmup-iters`; "
-         "and `--lr-warmup-fraction` together with a warmup count.",
+         "`--lr-warmup-fraction` together with a warmup count; `--step-batch-size-schedule` with "
+         "`--global-batch-size`; `--rampup-batch-size` with `--train-iters` (core_v0.16.1 and "
+         "Megatron-DeepSpeed).",
     why="validate_args asserts 'expected iteration-based learning rate decay', 'expected "
         "sample-based training', 'can only specify one of lr-warmup-fraction and lr-warmup-iters'.",
     example="--train-iters 1000 --lr-decay-samples 100000",
     use_instead="--train-iters 1000 --lr-decay-iters 1000",
 )
+
+# Versions whose validate_args refuses --rampup-batch-size with --train-iters (main dropped the check).
+RAMPUP_NEEDS_SAMPLES = {"core_v0.16.1", "megatron-deepspeed-f4157be"}
 
 LR = rule(
     "MLM128", "min-lr-above-lr", "error",
@@ -254,6 +259,13 @@ def schedule(job: MegatronJob) -> None:
         if given("lr_warmup_fraction") and given("lr_warmup_samples") and job.v("lr_warmup_samples"):
             job.report(SCHEDULE, "lr_warmup_samples",
                        "can only specify one of lr-warmup-fraction and lr-warmup-samples")
+    if given("step_batch_size_schedule") and given("global_batch_size"):
+        job.report(SCHEDULE, "step_batch_size_schedule",
+                   "Cannot specify both --step-batch-size-schedule and --global-batch-size",
+                   related=[job.related("global_batch_size", "--global-batch-size given here")])
+    if given("train_iters") and given("rampup_batch_size") and job.table.ref in RAMPUP_NEEDS_SAMPLES:
+        job.report(SCHEDULE, "rampup_batch_size", "expected no batch-size rampup for iteration-based training "
+                   f"(Megatron {job.table.ref}): --rampup-batch-size needs --train-samples")
     lr, min_lr = job.v("lr"), job.v("min_lr")
     if isinstance(lr, float) and isinstance(min_lr, float) and min_lr > lr:
         job.report(LR, "min_lr", f"min_lr ({min_lr:g}) is larger than lr ({lr:g})", at_value=True)
