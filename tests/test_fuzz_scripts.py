@@ -95,3 +95,19 @@ def test_sourcing_itself_terminates(tmp_path):
     path = tmp_path / "loop.sh"
     path.write_text("source ./loop.sh\nf() { f; }\nf\ntorchrun pretrain_gpt.py --num-layers 2\n")
     _guard(path)
+
+
+def test_astral_code_points_after_a_brace_do_not_crash(tmp_path):
+    """tree-sitter-bash 0.25 reads out of bounds on `{` + a code point far above the BMP (seen as a
+    segfault under hypothesis): guard parses such characters as U+FFFD. Separate processes, because a
+    crash cannot be caught in-process and depends on the heap layout."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "astral.sh"
+    path.write_text("".join("{" + chr(c) + " " for c in range(0x9D000, 0x110000, 4099)) + "\n"
+                    "3HcDzO{9\U0010ffff5A `T`+$(()m7Q}<<-I<z<<-${R$($%Axy<<-?\n", encoding="utf-8")
+    for _ in range(3):
+        result = subprocess.run([sys.executable, "-m", "guard", "check", "--isolated", str(path)],
+                                capture_output=True, text=True, cwd=ROOT)
+        assert result.returncode in (0, 1), (result.returncode, result.stderr[-500:])

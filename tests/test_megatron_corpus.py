@@ -15,9 +15,11 @@ from conftest import CORPUS, run_guard
 # file stem -> {code: flag on the reported line}; reasons from the corpus README / notes
 EXPECTED_ERRORS = {
     # README: "1 node x 8 GPUs, but TP8 x PP16 = 128"; notes: the step schedule is a list that the
-    # script expands unquoted, so Megatron gets five stray words.
+    # script expands unquoted, so Megatron gets five stray words; and main's validate_args refuses
+    # --step-batch-size-schedule beside --global-batch-size 1536 (found by guard).
     "NVIDIA__Megatron-LM__train_gpt3_175b_distributed": {"MLM101": "--pipeline-model-parallel-size",
-                                                         "MLM005": "--step-batch-size-schedule"},
+                                                         "MLM005": "--step-batch-size-schedule",
+                                                         "MLM127": "--step-batch-size-schedule"},
     # README: "8 GPUs with TP8 x PP16, and 24 layers % PP16 != 0"
     "NVIDIA__Megatron-LM__train_bert_340m_distributed": {"MLM101": "--pipeline-model-parallel-size",
                                                          "MLM106": "--num-layers"},

@@ -114,3 +114,16 @@ def test_deepspeed_hostfile_beside_the_script(tmp_path):
 def test_eval_of_a_command_string_stops_at_its_redirection():
     text = 'CMD="python x.py --a 1 &> log.txt"\neval ${CMD}\n'
     assert [w[0] for w in _words(text)] == ["python", "x.py", "--a", "1"]
+
+
+@pytest.mark.parametrize(("expr", "value"), [
+    ("$((0x10 + 010))", "24"),          # hex and octal literals, as bash reads them
+    ("$((7 / -2))", "-3"),              # C division truncates toward zero
+    ("$((-7 % 3))", "-1"),
+    ("$((2 > 1 ? 5 : 6))", "5"),
+    ("$((2**99999999))", None),         # bash wraps at 64 bits; guard calls it unknown
+    ("$((08))", None),                  # not a valid octal number: bash refuses it too
+])
+def test_arithmetic(expr, value):
+    var = interpret("t.sh", f"X={expr}\n").variables["X"].value
+    assert (var.text if var.resolved else None) == value

@@ -104,7 +104,7 @@ class Expander:
             try:
                 value = self._arith(src, next(c for c in node.children if c.is_named))
                 return _spread(str(value), src, node)
-            except (Unknown, StopIteration, ZeroDivisionError):
+            except (Unknown, StopIteration, ZeroDivisionError, ValueError, KeyError, RecursionError):
                 return LText.unknown(node.text, src.pos(node), src.path)
         if kind == "array":
             return _join([w for c in node.children if c.is_named for w in self.words(src, c)])
@@ -170,7 +170,10 @@ class Expander:
     def _arith(self, src: Source, node: Node) -> int:
         kind = node.type
         if kind == "number":
-            return int(node.text, 0) if not node.text.startswith("0") or node.text == "0" else int(node.text, 8)
+            text = node.text
+            if text[:2].lower() == "0x":
+                return int(text, 16)
+            return int(text, 8) if text.startswith("0") and len(text) > 1 else int(text, 10)  # 010 is octal
         if kind in ("variable_name", "word"):
             value = self._lookup(src, node, node.text)
             if not value.resolved:
@@ -190,7 +193,12 @@ class Expander:
         if kind == "binary_expression" and len(node.children) == 3:
             a, op, b = node.children
             x, y = self._arith(src, a), self._arith(src, b)
-            return _ARITH[op.text](x, y)
+            if op.text in ("**", "<<", ">>") and not 0 <= y <= 64:
+                raise Unknown(node.text)  # bash wraps at 64 bits; guard does not compute giants
+            result = _ARITH[op.text](x, y)
+            if abs(result) >= 1 << 63:
+                raise Unknown(node.text)
+            return result
         if kind == "ternary_expression":
             named = [c for c in node.children if c.is_named]
             return self._arith(src, named[1]) if self._arith(src, named[0]) else self._arith(src, named[2])

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import re
 
 from guard.diagnostic import Span
 from guard.shell.located import LText, Pos
 
+ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 # Backslash escapes bash honours inside double quotes; elsewhere in a word any character.
 QUOTED_ESCAPES = set('$`"\\\n')
 
@@ -68,6 +70,10 @@ class Source:
 
     def __init__(self, text: str, path: str):
         self.path = path
+        # tree-sitter-bash 0.25 reads out of bounds (and can crash the process) on `{` followed by a
+        # code point far above the BMP; launch scripts never need those, so they are parsed as U+FFFD
+        # (one character either way: columns do not move)
+        text = ASTRAL.sub("\ufffd", text)
         self.data = text.encode("utf-8", "surrogatepass")
         self.tree = _parser().parse(self.data)
         self.root = Node(self.tree.root_node, self)
