@@ -14,10 +14,10 @@ SCHEMA = ROOT / "schemas" / "deepspeed" / "0.19.8" / "config.schema.json"
 REPEATS = 5
 
 
-def cold(cmd: list[str]) -> float:
+def cold(cmd: list[str], repeats: int = REPEATS) -> float:
     """Median wall time of a fresh process (import costs included, as in a pre-commit hook)."""
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = time.perf_counter()
         subprocess.run(cmd, capture_output=True, cwd=ROOT)
         times.append(time.perf_counter() - start)

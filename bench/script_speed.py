@@ -4,12 +4,12 @@ baselines measured in the same run (target: 0.2 s)."""
 from __future__ import annotations
 
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lint_speed  # noqa: E402  (its cold-process timer)
 
 ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 7
@@ -40,12 +40,7 @@ def launch_script(lines: int = 500) -> str:
 
 
 def cold(cmd: list[str]) -> float:
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        subprocess.run(cmd, capture_output=True, cwd=ROOT)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return lint_speed.cold(cmd, REPEATS)
 
 
 def main() -> None:

@@ -89,12 +89,13 @@ class Checker:
         try:
             doc = load_document(path)
         except SourceError as err:
-            rule = UNREADABLE if err.code == "GRD001" else SYNTAX_ERROR
-            empty = Document(path, "", None, "json")
-            ctx = DsConfig(empty, {}, self.schema)
-            ctx.report_at(rule, err.span, None, err.message)
-            return self._filter(ctx.diagnostics, {}), rule is UNREADABLE
+            return self._unreadable(path, err)
         return self._filter(self._check_document(doc, explicit), doc.comments), False
+
+    def _unreadable(self, path: str, err: SourceError) -> tuple[list[Diagnostic], bool]:
+        """GRD001 for a file that cannot be read (exit 2), GRD002 for one that cannot be parsed."""
+        rule = UNREADABLE if err.code == "GRD001" else SYNTAX_ERROR
+        return self._filter([rule.diagnostic(path, err.message, err.span)], {}), rule is UNREADABLE
 
     def _check_document(self, doc: Document, explicit: bool, world_size: bool = True) -> list[Diagnostic]:
         """Every DeepSpeed rule over a loaded document (a config file, or a heredoc in a script)."""
@@ -127,9 +128,7 @@ class Checker:
         try:
             text, _ = read_text(path)
         except SourceError as err:
-            rule = UNREADABLE if err.code == "GRD001" else SYNTAX_ERROR
-            diag = Diagnostic(rule.code, rule.severity, err.message, path, err.span, None, name=rule.name)
-            return self._filter([diag], {}), rule is UNREADABLE
+            return self._unreadable(path, err)
         found = analyse(path, text, self.settings, explicit)
         if not explicit and not found.jobs:
             return [], False  # a script found by walking a folder that launches no Megatron job: not ours

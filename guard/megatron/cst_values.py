@@ -19,8 +19,12 @@ def code(node: cst.CSTNode) -> str:
     return _EMPTY.code_for_node(node)
 
 
-def literal(node: cst.BaseExpression) -> Any:
-    """The value of a literal expression (numbers, strings, lists, dicts, arithmetic on them)."""
+def literal(node: cst.BaseExpression, *, names: bool = False) -> Any:
+    """The value of a literal expression (numbers, strings, lists, dicts, arithmetic on them).
+
+    With `names`, a dict value that is a bare name (int, str, a type function) becomes
+    {"name": ...} and any other expression {"expr": ...}, as argparse_meta dicts hold them.
+    """
     if isinstance(node, cst.Name) and node.value in NAMED_CONSTANTS:
         return NAMED_CONSTANTS[node.value]
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
@@ -37,7 +41,7 @@ def literal(node: cst.BaseExpression) -> Any:
         for element in node.elements:
             if not isinstance(element, cst.DictElement):
                 raise NotLiteral(code(node))
-            out[literal(element.key)] = literal(element.value)
+            out[literal(element.key)] = _meta_value(element.value) if names else literal(element.value)
         return out
     if isinstance(node, (cst.Integer, cst.Float, cst.UnaryOperation, cst.BinaryOperation)):
         try:  # ast.literal_eval refuses 2**32; a tree of numbers and operators is safe to evaluate
@@ -48,6 +52,14 @@ def literal(node: cst.BaseExpression) -> Any:
         except (SyntaxError, ArithmeticError, ValueError, TypeError):
             pass
     raise NotLiteral(code(node))
+
+
+def _meta_value(node: cst.BaseExpression) -> Any:
+    try:
+        return literal(node, names=True)
+    except NotLiteral:
+        name = dotted(node)
+        return {"name": name} if name is not None else {"expr": " ".join(code(node).split())}
 
 
 def value_or_expr(node: cst.BaseExpression) -> Any:

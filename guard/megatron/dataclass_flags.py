@@ -69,7 +69,7 @@ def _field(node: cst.AnnAssign, module: str) -> dict[str, Any] | None:
                 out["init"] = value_or_expr(arg.value) is not False
             elif key == "metadata":
                 try:
-                    meta = literal_with_names(arg.value)
+                    meta = literal(arg.value, names=True)
                 except NotLiteral:
                     meta = None
                 if isinstance(meta, dict):
@@ -87,24 +87,6 @@ def _factory_value(node: cst.BaseExpression) -> Any:
     if isinstance(node, cst.Lambda):
         return value_or_expr(node.body)
     return {"expr": code(node) + "()"}
-
-
-def literal_with_names(node: cst.BaseExpression) -> Any:
-    """Like literal(), but a bare name (int, str, a type function) becomes {"name": ...}."""
-    if isinstance(node, cst.Dict):
-        out = {}
-        for element in node.elements:
-            if not isinstance(element, cst.DictElement):
-                raise NotLiteral(code(node))
-            out[literal(element.key)] = literal_with_names(element.value)
-        return out
-    try:
-        return literal(node)
-    except NotLiteral:
-        name = dotted(node)
-        if name is not None:
-            return {"name": name}
-        return {"expr": " ".join(code(node).split())}
 
 
 def field_flag(tree: SourceTree, f: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -95,15 +94,10 @@ class FlagTable:
         return flags[0].default if flags else None
 
     def suggest(self, option: str) -> str | None:
-        """The closest real flag for a mistyped one ('_' vs '-' first, then spelling)."""
-        swapped = "--" + option.lstrip("-").replace("_", "-")
-        if swapped in self.by_option:
-            return swapped
-        underscored = "--" + option.lstrip("-").replace("-", "_")
-        if underscored in self.by_option:
-            return underscored
-        match = difflib.get_close_matches(option, list(self.by_option), n=1, cutoff=0.75)
-        return match[0] if match else None
+        """The closest real flag for a mistyped one ('_' vs '-' and case do not count as typos)."""
+        from guard.rules.context import closest
+
+        return closest(option, self.by_option, cutoff=0.75)
 
 
     def knows_program(self, program: str) -> bool:

@@ -66,8 +66,7 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
     result.script = script
     for finding in script.findings:
         rule = SYNTAX if finding.kind == "syntax" else SOURCE
-        result.diagnostics.append(Diagnostic(rule.code, rule.severity, finding.message, finding.path,
-                                             finding.span, None, name=rule.name))
+        result.diagnostics.append(rule.diagnostic(finding.path, finding.message, finding.span))
     found = find_launches(script)
     launches = [l for l in found if _megatron_like(l.args)]
     known_commands = {id(l.command) for l in found}
@@ -75,9 +74,8 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
         launches = [l for l in _bare_launch(script) if id(l.command) not in known_commands
                     and _megatron_like(l.args)]
     if not launches and explicit:
-        result.diagnostics.append(Diagnostic(NO_COMMAND.code, NO_COMMAND.severity,
-                                             "no command of this script starts a Megatron program: nothing "
-                                             "was checked", path, Span(1, 1), None, name=NO_COMMAND.name))
+        result.diagnostics.append(NO_COMMAND.diagnostic(
+            path, "no command of this script starts a Megatron program: nothing was checked"))
     env = {name: EnvVar(value.text if value.resolved else None, span, where)
            for name, (value, span, where) in script.exports.items()}
     for launch in launches:
@@ -96,8 +94,7 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
         job_env[name] = EnvVar(value.text if value.resolved else None, value.span(), path)
     job = MegatronJob(path=path, args=args, table=table, launcher=launch.kind if launch.layers else "",
                       env=job_env, program=program,
-                      anchor=launch.command.span, launch=launch)
-    job.anchor = Span(launch.command.span.line, launch.command.span.col)
+                      anchor=Span(launch.command.span.line, launch.command.span.col), launch=launch)
     if not launch.layers and launch.program is None:
         job.env = None  # a bare command line: the environment it runs in is not in the file
     if settings.world_size:

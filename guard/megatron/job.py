@@ -182,9 +182,7 @@ class MegatronJob:
     def report_at(self, rule: Rule, span: Span, pointer: str | None, message: str, *,
                   help: str | None = None, related: list[Related] | None = None,
                   data: dict[str, Any] | None = None, path: str | None = None) -> Diagnostic:
-        diag = Diagnostic(code=rule.code, severity=rule.severity, message=message,
-                          path=path or self.path, span=span, pointer=pointer, help=help,
-                          related=related or [], data=data or {}, name=rule.name)
+        diag = rule.diagnostic(path or self.path, message, span, pointer, help=help, related=related, data=data)
         self.diagnostics.append(diag)
         return diag
 

@@ -93,9 +93,7 @@ class DsConfig:
     def report_at(self, rule: Rule, span: Span, pointer: str | None, message: str, *,
                   help: str | None = None, related: list[Related] | None = None,
                   data: dict[str, Any] | None = None) -> Diagnostic:
-        diag = Diagnostic(code=rule.code, severity=rule.severity, message=message,
-                          path=self.doc.path, span=span, pointer=pointer, help=help,
-                          related=related or [], data=data or {}, name=rule.name)
+        diag = rule.diagnostic(self.doc.path, message, span, pointer, help=help, related=related, data=data)
         self.diagnostics.append(diag)
         return diag
 
@@ -123,13 +121,19 @@ def flag(value: Any, default: bool, *, pydantic: bool = True) -> bool:
     return default
 
 
-def did_you_mean(word: str, choices: Any) -> str | None:
-    """"did you mean 'x'?" for the closest choice, ignoring case and '-' vs '_'; None if none is close."""
+def closest(word: str, choices: Any, cutoff: float = 0.6) -> str | None:
+    """The choice closest to `word`, ignoring case and '-' vs '_'; None if none is close enough."""
     import difflib
 
     folded = {str(c).lower().replace("-", "_"): str(c) for c in choices}
-    match = difflib.get_close_matches(word.lower().replace("-", "_"), list(folded), n=1, cutoff=0.6)
-    return f"did you mean {folded[match[0]]!r}?" if match else None
+    match = difflib.get_close_matches(word.lower().replace("-", "_"), list(folded), n=1, cutoff=cutoff)
+    return folded[match[0]] if match else None
+
+
+def did_you_mean(word: str, choices: Any) -> str | None:
+    """"did you mean 'x'?" for the closest choice; None if none is close."""
+    match = closest(word, choices)
+    return f"did you mean {match!r}?" if match else None
 
 
 def fmt(value: Any) -> str:

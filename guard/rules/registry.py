@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
-from guard.diagnostic import Severity
+from guard.diagnostic import FILE_START, Diagnostic, Related, Severity, Span
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,13 @@ class Rule:
     use_instead: str  # the fixed fragment
     references: tuple[str, ...] = ()
     family: str = field(default="")
+
+    def diagnostic(self, path: str, message: str, span: Span = FILE_START, pointer: str | None = None, *,
+                   help: str | None = None, related: list[Related] | None = None,
+                   data: dict[str, Any] | None = None) -> Diagnostic:
+        """A finding of this rule, with its code, name and severity filled in."""
+        return Diagnostic(code=self.code, severity=self.severity, message=message, path=path, span=span,
+                          pointer=pointer, help=help, related=related or [], data=data or {}, name=self.name)
 
     def doc(self) -> str:
         """The rule's documentation, with the same headings for every rule."""
