@@ -133,7 +133,9 @@ def run_check(args: argparse.Namespace) -> int:
         checker = Checker(settings)
     except ValueError as err:
         raise UsageError(f"guard check: {err}") from None
-    result = checker.run(args.paths, args.megatron_args)
+    # argparse turns `--megatron-args=--` into an empty list instead of the string "--"
+    megatron_args = [v if isinstance(v, str) else " ".join(["--", *v]) for v in args.megatron_args]
+    result = checker.run(args.paths, megatron_args)
     report.get(args.format or "concise")(result, sys.stdout)
     return 0 if args.exit_zero and result.exit_code == 1 else result.exit_code
 

@@ -49,3 +49,10 @@ def test_pyproject_megatron_settings(tmp_path):
 def test_missing_script_is_unreadable(tmp_path):
     code, found = _codes(str(tmp_path / "train.sh"))
     assert code == 2 and [c for c, _, _ in found] == ["GRD001"]
+
+
+def test_megatron_args_double_dash_alone():
+    """argparse hands `--megatron-args=--` over as a list (found by the script fuzzer)."""
+    code, found = _codes("--megatron-args=--")
+    # Python's argparse leaves a lone `--` over ("unrecognized arguments: --"), as guard reports it
+    assert code == 1 and ("MLM001", 1, 1) in found and "MLM121" in [c for c, _, _ in found]
