@@ -146,6 +146,7 @@ class Checker:
         return self._filter(self._run_megatron(job), {}) if job is not None else []
 
     def _run_megatron(self, job) -> list[Diagnostic]:
+        job.gpu = self.settings.gpu
         for registered in CHECKS:
             if registered.target == "megatron" and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(job)

@@ -69,10 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
                           "Megatron-DeepSpeed's when the command uses --deepspeed/--zero-stage)")
     chk.add_argument("--megatron-args", action="append", default=[], metavar="ARGS",
                      help="check a Megatron command line given as one string")
+    chk.add_argument("--gpu", default=None, metavar="NAME|SIZE",
+                     help="the GPU the job runs on (catalog name or a size such as 80GiB): predicts out-of-memory")
     chk.add_argument("--config", default=None, metavar="PYPROJECT",
                      help="read [tool.guard] from this file instead of the nearest pyproject.toml")
     chk.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml")
     chk.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+
+    from guard import estimate_cmd
+
+    estimate_cmd.add_parser(sub, _positive_int, _version)
 
     schema = sub.add_parser("schema", help="regenerate a data table from a framework's sources")
     schema_sub = schema.add_subparsers(dest="schema_kind", parser_class=_Parser)
@@ -112,6 +118,14 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings.world_size = args.world_size
     if args.gpus_per_node:
         settings.gpus_per_node = args.gpus_per_node
+    if args.gpu:
+        from guard.memory.gpu_choice import choose_gpu
+
+        try:
+            choose_gpu(args.gpu)
+        except ValueError as err:
+            raise UsageError(f"guard check: --gpu: {err}") from None
+        settings.gpu = args.gpu
     if args.megatron_version:
         from guard.megatron.flag_table import resolve_version
 
@@ -138,6 +152,27 @@ def run_check(args: argparse.Namespace) -> int:
     result = checker.run(args.paths, megatron_args)
     report.get(args.format or "concise")(result, sys.stdout)
     return 0 if args.exit_zero and result.exit_code == 1 else result.exit_code
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    from guard.estimate_cmd import EstimateError, run
+
+    settings = Settings()
+    try:
+        if args.world_size:
+            settings.world_size = args.world_size
+        if args.gpus_per_node:
+            settings.gpus_per_node = args.gpus_per_node
+        path = find_pyproject(Path.cwd())
+        project = load_settings(path)
+        settings.gpu, settings.gpus_per_node = project.gpu, settings.gpus_per_node or project.gpus_per_node
+        if args.megatron_version:
+            from guard.megatron.flag_table import resolve_version
+
+            settings.megatron_version = resolve_version(args.megatron_version)
+        return run(args, settings)
+    except (EstimateError, ValueError) as err:
+        raise UsageError(f"guard estimate: {err}") from None
 
 
 def run_rule(args: argparse.Namespace) -> int:
@@ -198,10 +233,10 @@ def run_schema(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        handler = {"check": run_check, "rule": run_rule, "rules": run_rules,
+        handler = {"check": run_check, "estimate": run_estimate, "rule": run_rule, "rules": run_rules,
                    "schema": run_schema}.get(args.command)
         if handler is None:
-            raise UsageError("guard: give a command: check, rule, rules or schema (see guard --help)")
+            raise UsageError("guard: give a command: check, estimate, rule, rules or schema (see guard --help)")
         return handler(args)
     except (UsageError, SettingsError) as err:
         sys.stderr.write(f"{err}\n")

@@ -27,6 +27,7 @@ class Settings:
     world_size: int | None = None
     gpus_per_node: int | None = None
     megatron_version: str | None = None  # a vendored flag table (None: detect the flavour, newest)
+    gpu: str | None = None  # a GPU catalog name or a size ("80GiB"): enables the out-of-memory check
     root: Path = field(default_factory=Path.cwd)
 
     def ignores_for(self, path: str) -> list[str]:
@@ -103,6 +104,15 @@ def load_settings(pyproject: Path | None) -> Settings:
     if per_node is not None and (not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1):
         raise SettingsError(f"{pyproject}: [tool.guard] gpus-per-node must be a positive integer")
     settings.gpus_per_node = per_node
+    gpu = table.get("gpu")
+    if gpu is not None:
+        from guard.memory.gpu_choice import choose_gpu
+
+        try:
+            choose_gpu(str(gpu))
+        except ValueError as err:
+            raise SettingsError(f"{pyproject}: [tool.guard] gpu: {err}") from None
+        settings.gpu = str(gpu)
     megatron = table.get("megatron-version")
     if megatron is not None:
         from guard.megatron.flag_table import resolve_version

@@ -44,6 +44,7 @@ class MegatronJob:
     program: str = ""
     launch: Any = None  # guard.shell.launcher.Launch, when a launcher was found
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    gpu: str | None = None  # the GPU the job runs on (guard check --gpu): enables the memory rules
     anchor: Span = field(default_factory=lambda: Span(1, 1))  # where the command starts
 
     # -- values ----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ FAMILIES = (
     "mlm_advice",
     "mds",
     "launch",
+    "memory",
 )
 
 _loaded = False

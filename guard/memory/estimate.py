@@ -1,0 +1,146 @@
+"""Assemble the per-rank prediction: inventory, model states, stash, edges, buffers; peak = max over phases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guard.memory import activations as acts
+from guard.memory import overheads, schedule
+from guard.memory.catalog import Gpu
+from guard.memory.params import REPLICATED, Inventory, model_param_count, padding_params, rank_inventory
+from guard.memory.setup import Setup
+from guard.memory.states import model_states
+
+COMPONENTS = ("params", "grads", "optimizer", "activations", "embedding_activations", "logits", "buffers",
+              "transient", "runtime")
+
+
+@dataclass
+class StageEstimate:
+    """One pipeline stage: every TP/CP/DP rank of it predicts the same."""
+
+    pp_rank: int
+    layers: int
+    chunk_layers: list[int]
+    inventory: Inventory
+    inflight: float  # microbatches (virtual microbatches when interleaved) stashed at the peak
+    components: dict[str, int]
+    phase: str  # "forward/backward" or "optimizer step"
+    phases: dict[str, int]  # allocated bytes of each phase
+    host_bytes: int
+    terms: dict[str, dict[str, float]] = field(default_factory=dict)  # component -> named parts
+    explain: list[str] = field(default_factory=list)
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(self.components.values())
+
+
+@dataclass
+class Estimate:
+    setup: Setup
+    gpu: Gpu | None
+    stages: list[StageEstimate]
+    param_count: int
+
+    @property
+    def ranks_per_stage(self) -> int:
+        return self.setup.tp * self.setup.cp * self.setup.dp
+
+    def stage_ranks(self, pp_rank: int) -> range:
+        n = self.ranks_per_stage
+        return range(pp_rank * n, (pp_rank + 1) * n)
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """Megatron's default order tp-cp-ep-dp-pp (DeepSpeed's pipe topology agrees when cp = 1)."""
+        s = self.setup
+        return {"tp_rank": rank % s.tp, "cp_rank": rank // s.tp % s.cp, "dp_rank": rank // (s.tp * s.cp) % s.dp,
+                "pp_rank": rank // (s.tp * s.cp * s.dp)}
+
+    @property
+    def peak_stage(self) -> StageEstimate:
+        return max(self.stages, key=lambda st: st.peak_bytes)
+
+    @property
+    def capacity(self) -> int | None:
+        return self.gpu.usable_bytes if self.gpu else None
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity is None else self.peak_stage.peak_bytes <= self.capacity
+
+    def host_bytes_per_node(self) -> int:
+        """Offloaded states of the ranks on one node (the busiest node)."""
+        per_rank = [st.host_bytes for st in self.stages for _ in self.stage_ranks(st.pp_rank)]
+        g = max(1, self.setup.gpus_per_node)
+        return max((sum(per_rank[i:i + g]) for i in range(0, len(per_rank), g)), default=0)
+
+
+def estimate(setup: Setup, gpu: Gpu | None = None) -> Estimate:
+    stages = [estimate_stage(setup, r) for r in range(setup.pp)]
+    return Estimate(setup, gpu, stages, model_param_count(setup.arch))
+
+
+def estimate_stage(setup: Setup, r: int) -> StageEstimate:
+    chunks = setup.chunks[r]
+    inv = rank_inventory(setup, chunks)
+    states = model_states(setup, inv)
+    m, p = setup.num_microbatches, setup.pp
+    sizes, sizes_with_embedding, working = [], [], 0.0
+    for chunk in chunks:
+        stored, recompute_ws = acts.chunk_stored(setup, chunk.layers)
+        sizes.append(stored)
+        sizes_with_embedding.append(stored + (acts.embedding_bytes(setup) if chunk.embedding else 0.0))
+        working = max(working, recompute_ws)
+    if setup.ds_pipeline and p > 1:
+        live, pipe_buffers = schedule.deepspeed_in_flight(p, r, m)
+        stash, stash_all, inflight = sizes[0] * live, sizes_with_embedding[0] * live, live
+    else:
+        pipe_buffers = 2
+        stash, inflight = schedule.peak_stash(sizes, p, r, m, setup.microbatch_group)
+        stash_all, _ = schedule.peak_stash(sizes_with_embedding, p, r, m, setup.microbatch_group)
+    all_layers = tuple(i for c in chunks for i in c.layers)
+    full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
+    grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
+    logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
+    backward = working + grad_temps
+    largest_layer = _largest_layer_params(setup, all_layers)
+    buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
+    static = states.params + states.grads + states.optimizer + sum(buf.values())
+    fwd = static + stash_all + logits_stored + max(logits_transient, backward)
+    step = static + states.step_transient + sum(step_buf.values())
+    in_step = step > fwd
+    allocated = max(fwd, step)
+    runtime = overheads.runtime(setup, allocated)
+    transient = (states.step_transient + sum(step_buf.values())) if in_step else max(logits_transient, backward)
+    components = {
+        "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
+        "activations": 0 if in_step else round(stash),
+        "embedding_activations": 0 if in_step else round(stash_all - stash),
+        "logits": 0 if in_step else round(logits_stored),
+        "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
+    }
+    terms = {"buffers": buf, "runtime": runtime, "optimizer step": {**step_buf, "fp32 gradient partition /"
+                                                                    " copies": states.step_transient},
+             "transient": {"recompute working set": working, "backward gradient temporaries": grad_temps,
+                           "loss fp32 upcast": logits_transient},
+             "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
+    explain = list(states.explain)
+    if padding_params(setup, inv):
+        explain.append(f"vocabulary padding: {padding_params(setup, inv):,} of the embedding parameters "
+                       f"(vocab {setup.arch.vocab:,} padded to {setup.vocab:,})")
+    return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components,
+                         "optimizer step" if in_step else "forward/backward",
+                         {"forward/backward": round(fwd), "optimizer step": round(step)}, states.host, terms, explain)
+
+
+def _largest_layer_params(setup: Setup, layers: tuple[int, ...]) -> int:
+    """ZeRO-3 gathers one layer at a time: the largest layer's parameters (untouched by TP here)."""
+    from guard.memory.params import add_layer
+
+    best = 0
+    for index in set(layers[:1]) | {i for i in layers if setup.arch.is_moe_layer(i)}:
+        inv = Inventory()
+        add_layer(inv, setup.arch, index, setup.tp, setup.ep, setup.etp)
+        best = max(best, inv.total)
+    return best

@@ -1,0 +1,68 @@
+"""Layers to pipeline ranks and model chunks, as megatron-core assigns them."""
+
+from __future__ import annotations
+
+import re
+
+from guard.memory.setup import Chunk, even_chunks
+
+
+class LayoutError(ValueError):
+    pass
+
+
+def _expand(text: str) -> str:
+    """Megatron's layout mini-language: `(t|)*3` and `t*3` repeat; spaces and commas are ignored."""
+    text = re.sub(r"[\s,]", "", text)
+    pattern = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while pattern.search(text):
+        text = pattern.sub(lambda mt: mt.group(1) * int(mt.group(2)), text)
+    return re.sub(r"([A-Za-z])\*(\d+)", lambda mt: mt.group(1) * int(mt.group(2)), text)
+
+
+def from_layout_string(text: str, pp: int) -> list[list[Chunk]]:
+    """--pipeline-model-parallel-layout: virtual stages split by '|': E embedding, t layer, L loss."""
+    stages = _expand(text).split("|")
+    if len(stages) % pp:
+        raise LayoutError(f"layout has {len(stages)} stages, not a multiple of --pipeline-model-parallel-size {pp}")
+    chunks: list[list[Chunk]] = [[] for _ in range(pp)]
+    layer = 0
+    for vstage, body in enumerate(stages):
+        unknown = set(body) - set("Et L")
+        if unknown - {"m"}:
+            raise LayoutError(f"layout stage {vstage} has unknown symbols {''.join(sorted(unknown))!r}")
+        count = body.count("t")
+        chunks[vstage % pp].append(Chunk(tuple(range(layer, layer + count)), embedding="E" in body,
+                                         loss="L" in body, virtual_stage=vstage))
+        layer += count
+    return chunks
+
+
+def megatron_chunks(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None,
+                    account_embedding: bool, account_loss: bool) -> list[list[Chunk]]:
+    """Even split, uneven first/last stage, accounting flags, then virtual stages within each rank."""
+    stages = pp * vpp
+    if first is None and last is None:
+        total = num_layers + int(account_embedding) + int(account_loss)
+        if total % stages:
+            raise LayoutError(f"{num_layers} layers{' (+ accounted embedding/loss)' if total != num_layers else ''} "
+                              f"do not split evenly over {pp} pipeline stages x {vpp} virtual stages")
+        per = [total // stages] * stages
+        per[0] -= int(account_embedding)
+        per[-1] -= int(account_loss)
+        return even_chunks(num_layers, pp, vpp, per)
+    middle = pp - (first is not None) - (last is not None)
+    rest = num_layers - (first or 0) - (last or 0)
+    if middle < 0 or rest < 0 or (middle and rest % middle) or (not middle and rest):
+        raise LayoutError(f"first/last pipeline layers ({first}, {last}) leave {rest} layers "
+                          f"that do not split over {max(middle, 0)} middle stages")
+    per_rank = ([first] if first is not None else []) + [rest // middle if middle else 0] * middle + \
+        ([last] if last is not None else [])
+    per_vstage: list[int] = []
+    for c in range(vpp):
+        for r in range(pp):
+            if per_rank[r] % vpp:
+                raise LayoutError(f"stage {r} holds {per_rank[r]} layers, not divisible by {vpp} virtual stages")
+            per_vstage.append(per_rank[r] // vpp)
+    # per_vstage is in (chunk, rank) order, which is virtual-stage order
+    return even_chunks(num_layers, pp, vpp, per_vstage)

@@ -1,0 +1,98 @@
+"""Buffers and runtime terms: each named, with its default, where the default comes from, and an override."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from guard.memory.setup import DTYPE_BYTES, Setup
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Default:
+    value: float
+    unit: str  # "bytes" or "fraction"
+    source: str
+
+
+# Runtime terms sit outside torch's allocated bytes; `guard estimate --set NAME=VALUE` overrides them.
+RUNTIME_DEFAULTS = {
+    "cuda_context": Default(512 * MIB, "bytes",
+                            "CUDA context + kernel images with lazy loading (CUDA >= 11.7): commonly 300-600 MiB "
+                            "as nvidia-smi shows for a process that has only initialised torch.cuda; measure yours"),
+    "nccl_per_group": Default(64 * MIB, "bytes",
+                              "NCCL communicator buffers: NCCL_BUFFSIZE 4 MiB per channel and peer (NCCL docs), "
+                              "a few channels per communicator; one per process group the rank is in"),
+    "fragmentation": Default(0.05, "fraction",
+                             "caching-allocator reserved-but-unallocated memory, as a fraction of the allocated "
+                             "peak (Megatron's theoretical_memory_usage adds 5%); expandable_segments lowers it"),
+}
+BUFFER_DEFAULTS = {
+    "cublas_workspace": Default(32 * MIB, "bytes", "cuBLAS workspace on Hopper (CUBLAS_WORKSPACE_CONFIG :4096:8), "
+                                                   "allocated through the caching allocator"),
+}
+# DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, 0.19.8)
+ZERO_DEFAULTS = {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e7,
+                 "stage3_max_live_parameters": 1e9, "stage3_param_persistence_threshold": 1e5,
+                 "sub_group_size": 1e9}
+
+
+def setting(setup: Setup, name: str) -> float:
+    if name in setup.overrides:
+        return setup.overrides[name]
+    default = RUNTIME_DEFAULTS.get(name) or BUFFER_DEFAULTS.get(name)
+    return default.value
+
+
+def zero_bucket(setup: Setup, name: str) -> float:
+    return float(setup.zero_buckets.get(name, ZERO_DEFAULTS[name]))
+
+
+def process_groups(setup: Setup) -> int:
+    """Process groups with more than one member that a rank joins (each gets an NCCL communicator)."""
+    sizes = [setup.tp, setup.pp, setup.cp, setup.dp, setup.dp * setup.cp]
+    if setup.arch.is_moe:
+        sizes += [setup.ep, setup.etp, setup.expert_dp]
+    if setup.pp > 1:
+        sizes.append(2)  # embedding group (first + last stage)
+    return sum(1 for size in sizes if size > 1)
+
+
+def buffers(setup: Setup, rank_params: int, largest_layer_params: int, replicated_params: int,
+            pipe_buffers: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(persistent buffers, optimizer-step transients) on one rank, by name."""
+    act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
+    p_b = DTYPE_BYTES[setup.params_dtype]
+    out: dict[str, float] = {"cuBLAS workspace": setting(setup, "cublas_workspace")}
+    step: dict[str, float] = {}
+    hidden_msg = act * setup.seq_length / setup.cp * setup.micro_batch * setup.arch.hidden
+    if setup.sequence_parallel:
+        hidden_msg /= setup.tp
+    if setup.pp > 1:
+        count = pipe_buffers if setup.ds_pipeline else 2
+        out["pipeline P2P buffers"] = 2 * count * hidden_msg if setup.ds_pipeline else count * hidden_msg
+    if setup.framework == "megatron":
+        bucket = max(4e7, 1e6 * setup.dp * setup.cp)  # distributed_data_parallel.py's default bucket size
+        pad = math.lcm(setup.dp * setup.cp, 128) if setup.distributed_optimizer else 1
+        out["gradient-buffer padding"] = math.ceil(rank_params / bucket) * pad * (
+            p_b + DTYPE_BYTES[setup.grads_dtype])
+        return out, step
+    stage = setup.zero_stage
+    if stage in (1, 2):
+        out["ZeRO reduce bucket"] = zero_bucket(setup, "reduce_bucket_size") * p_b
+        step["ZeRO all-gather bucket"] = min(zero_bucket(setup, "allgather_bucket_size"), rank_params) * p_b
+    if stage == 3:
+        live = min(zero_bucket(setup, "stage3_max_live_parameters"),
+                   largest_layer_params + zero_bucket(setup, "stage3_prefetch_bucket_size"))
+        out["ZeRO-3 gathered parameters (live + prefetch)"] = min(live, rank_params) * p_b
+        out["ZeRO-3 reduce bucket"] = zero_bucket(setup, "reduce_bucket_size") * p_b
+        out["ZeRO-3 persistent small parameters"] = replicated_params * p_b
+    return out, step
+
+
+def runtime(setup: Setup, allocated_peak: float) -> dict[str, float]:
+    return {"CUDA context": setting(setup, "cuda_context"),
+            "NCCL communicators": setting(setup, "nccl_per_group") * process_groups(setup),
+            "allocator fragmentation": setting(setup, "fragmentation") * allocated_peak}

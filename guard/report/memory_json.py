@@ -1,0 +1,43 @@
+"""`guard estimate --format json`: the DESIGN.md contract, one entry per rank."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from guard.memory.estimate import COMPONENTS, Estimate
+
+
+def to_dict(est: Estimate) -> dict:
+    s = est.setup
+    ranks = []
+    for st in est.stages:
+        comps = {k: int(st.components[k]) for k in COMPONENTS}
+        for rank in est.stage_ranks(st.pp_rank):
+            coords = est.coordinates(rank)
+            ranks.append({"rank": rank, **coords, "layers": st.layers, "chunk_layers": st.chunk_layers,
+                          "inflight_microbatches": st.inflight, "components": comps, "phase": st.phase,
+                          "peak_bytes": st.peak_bytes, "host_bytes": st.host_bytes,
+                          "params_by_bucket": {b: st.inventory.bucket(b) for b in
+                                               ("tp_sharded", "tp_replicated", "expert")}})
+    peak = est.peak_stage
+    return {
+        "model": {"param_count": est.param_count, "name": s.arch.name, "vocab_padded": s.vocab},
+        "layout": {"world_size": s.world_size, "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep,
+                   "etp": s.etp, "vpp": s.vpp, "sequence_parallel": s.sequence_parallel,
+                   "micro_batch_size": s.micro_batch, "num_microbatches": s.num_microbatches,
+                   "seq_length": s.seq_length, "framework": s.framework, "zero_stage": s.zero_stage,
+                   "distributed_optimizer": s.distributed_optimizer, "recompute": s.recompute},
+        "gpu": {"name": est.gpu.name if est.gpu else None, "capacity_bytes": est.capacity},
+        "ranks": ranks,
+        "peak": {"rank": est.stage_ranks(peak.pp_rank).start, "pp_rank": peak.pp_rank, "peak_bytes": peak.peak_bytes},
+        "fits": est.fits,
+        "host_bytes_per_node": est.host_bytes_per_node(),
+        "unmodelled": [{"feature": f, "setting": where} for f, where in s.unmodelled],
+        "notes": s.notes,
+    }
+
+
+def write(est: Estimate, out: TextIO) -> None:
+    json.dump(to_dict(est), out, indent=1)
+    out.write("\n")

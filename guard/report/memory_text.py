@@ -1,0 +1,140 @@
+"""`guard estimate` for people: one row per class of identical ranks, the verdict, the assumptions, --explain."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from guard.memory import overheads
+from guard.memory.estimate import Estimate, StageEstimate
+from guard.memory.units import GIB, gib
+
+COLUMNS = (("params", "params"), ("grads", "grads"), ("optimizer", "optim"), ("activations", "acts"),
+           ("embedding_activations", "emb"), ("logits", "logits"), ("buffers", "buffers"),
+           ("transient", "transient"), ("runtime", "runtime"))
+
+
+def _classes(est: Estimate) -> list[list[StageEstimate]]:
+    """Consecutive pipeline stages that predict the same bytes share a row."""
+    groups: list[list[StageEstimate]] = []
+    for st in est.stages:
+        if groups and groups[-1][-1].components == st.components and groups[-1][-1].layers == st.layers:
+            groups[-1].append(st)
+        else:
+            groups.append([st])
+    return groups
+
+
+def rows(est: Estimate) -> list[list[str]]:
+    out = []
+    for group in _classes(est):
+        first, last = group[0], group[-1]
+        lo, hi = est.stage_ranks(first.pp_rank).start, est.stage_ranks(last.pp_rank).stop - 1
+        ranks = str(lo) if lo == hi else f"{lo}-{hi}"
+        pp = str(first.pp_rank) if first is last else f"{first.pp_rank}-{last.pp_rank}"
+        row = [ranks, pp, str(first.layers), f"{first.inflight:g}"]
+        row += [gib(first.components[key]) for key, _ in COLUMNS]
+        row.append(gib(first.peak_bytes))
+        row.append(f"{100 * first.peak_bytes / est.capacity:.0f}%" if est.capacity else "-")
+        out.append(row)
+    return out
+
+
+def header() -> list[str]:
+    return ["ranks", "pp", "layers", "in-flight"] + [label for _, label in COLUMNS] + ["peak GiB", "of GPU"]
+
+
+def verdict(est: Estimate) -> str:
+    peak = est.peak_stage
+    where = f"rank {est.stage_ranks(peak.pp_rank).start} (pipeline stage {peak.pp_rank}, {peak.phase})"
+    if est.capacity is None:
+        return f"peak {gib(peak.peak_bytes)} GiB on {where}; no GPU given (--gpu NAME or --gpu-memory SIZE)"
+    margin = est.capacity - peak.peak_bytes
+    word = "FITS" if margin >= 0 else "DOES NOT FIT"
+    return (f"{word} on {est.gpu.name} ({gib(est.capacity)} GiB usable): peak {gib(peak.peak_bytes)} GiB on {where}, "
+            f"margin {margin / GIB:+.2f} GiB")
+
+
+def _plain_table(head: list[str], body: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    for r in [head] + body:
+        out.write("  ".join(cell.rjust(w) for cell, w in zip(r, widths)).rstrip() + "\n")
+
+
+def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False) -> None:
+    s = est.setup
+    out.write(f"model: {s.arch.name}  {est.param_count / 1e9:.2f}B parameters  vocab {s.vocab:,}"
+              f"{' (padded)' if s.vocab != s.arch.vocab else ''}\n")
+    layout = f"world {s.world_size} = TP {s.tp} x PP {s.pp} x CP {s.cp} x DP {s.dp}"
+    if s.vpp > 1:
+        layout += f", VPP {s.vpp}"
+    if s.arch.is_moe:
+        layout += f", EP {s.ep}, expert-TP {s.etp}"
+    states = (f"ZeRO-{s.zero_stage}" if s.framework != "megatron" else
+              "distributed optimizer" if s.distributed_optimizer else "replicated optimizer")
+    out.write(f"layout: {layout}; {s.framework}, {s.params_dtype}, {states}\n")
+    out.write(f"batch: seq {s.seq_length}, micro batch {s.micro_batch}, {s.num_microbatches} microbatches/step; "
+              f"recompute {s.recompute}; attention {s.attention}"
+              f"{', sequence parallel' if s.sequence_parallel else ''}\n")
+    out.write("sizes in GiB per rank\n")
+    if color:
+        _rich_table(est, out)
+    else:
+        _plain_table(header(), rows(est), out)
+    out.write(verdict(est) + "\n")
+    host = est.host_bytes_per_node()
+    if host:
+        out.write(f"host RAM for offloaded states: {gib(host)} GiB per node ({s.gpus_per_node} GPUs per node)\n")
+    for feature, where in s.unmodelled:
+        out.write(f"warning: {feature} ({where}) is not modelled: the estimate leaves it out\n")
+    for note in s.notes:
+        out.write(f"note: {note}\n")
+    if explain:
+        _explain(est, out)
+    else:
+        out.write("assumptions: balanced MoE routing; runtime = CUDA context + NCCL + 5% allocator overhead "
+                  "(--explain prints every term with its formula and source)\n")
+
+
+def _rich_table(est: Estimate, out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_edge=False, pad_edge=False)
+    for i, name in enumerate(header()):
+        table.add_column(name, justify="right", style="bold" if name == "peak GiB" else None)
+    for r in rows(est):
+        table.add_row(*r)
+    Console(file=out, force_terminal=True).print(table)
+
+
+def _explain(est: Estimate, out: TextIO) -> None:
+    s = est.setup
+    for st in est.stages:
+        out.write(f"\n== pipeline stage {st.pp_rank} (ranks {est.stage_ranks(st.pp_rank).start}-"
+                  f"{est.stage_ranks(st.pp_rank).stop - 1}): {st.layers} layers in chunks {st.chunk_layers} ==\n")
+        out.write("parameters on one rank, by bucket:\n")
+        for (bucket, item), count in sorted(st.inventory.items.items()):
+            out.write(f"  {bucket:14} {item:48} {count:>16,}\n")
+        for line in st.explain:
+            out.write(f"  {line}\n")
+        out.write(f"activations: {st.inflight:g} (virtual) microbatches in flight at the peak "
+                  f"({'DeepSpeed TrainSchedule' if s.ds_pipeline else 'schedule simulation'}); one layer, one "
+                  f"microbatch{' (selective recompute applied)' if s.recompute == 'selective' else ''}:\n")
+        for name, value in st.terms["layer activations (one microbatch)"].items():
+            out.write(f"  {name:48} {value / 2**20:12.2f} MiB\n")
+        if s.recompute == "full":
+            out.write(f"  full recompute ({s.recompute_method}, {s.recompute_num_layers} layers per checkpoint): "
+                      f"only each group's input is stashed\n")
+        for section in ("transient", "buffers", "optimizer step", "runtime"):
+            parts = {k: v for k, v in st.terms[section].items() if v}
+            if parts:
+                out.write(f"{section}:\n")
+                for name, value in parts.items():
+                    out.write(f"  {name:48} {value / 2**20:12.2f} MiB\n")
+        out.write(f"phases (allocated): forward/backward {gib(st.phases['forward/backward'])} GiB, optimizer step "
+                  f"{gib(st.phases['optimizer step'])} GiB -> peak in {st.phase}\n")
+    out.write("\nruntime defaults (override with --set NAME=VALUE):\n")
+    for name, default in {**overheads.RUNTIME_DEFAULTS, **overheads.BUFFER_DEFAULTS}.items():
+        value = s.overrides.get(name, default.value)
+        shown = f"{value / 2**20:.0f} MiB" if default.unit == "bytes" else f"{value:g}"
+        out.write(f"  {name} = {shown}: {default.source}\n")
