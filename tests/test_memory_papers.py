@@ -123,9 +123,9 @@ def test_interleaved_stash_follows_chunk_sizes():
 
     Warm-up 2(p-r-1) + (v-1)G = 4 forwards: c0 c0 c1 c1 (22). Then forward/backward pairs; backward
     visits chunks in reverse (c1 c1 c0 c0): +c0 -c1 +c0 -c1 ... peaks after the second pair's forward:
-    22 + 10 - 1 + 10 = 41 with 6 virtual microbatches stashed.
+    22 + 10 - 1 + 10 = 41 with 4 + 1 - 1 + 1 = 5 virtual microbatches stashed.
     """
-    assert peak_stash([10.0, 1.0], 2, 0, 4) == (41.0, 6)
+    assert peak_stash([10.0, 1.0], 2, 0, 4) == (41.0, 5)
 
 
 def test_megatron_closed_form_overstates_interleaved_stash_when_microbatches_are_few():
