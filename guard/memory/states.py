@@ -54,29 +54,31 @@ def megatron_states(setup: Setup, inv: Inventory) -> States:
 
 
 def zero_states(setup: Setup, inv: Inventory) -> States:
-    """DeepSpeed ZeRO stage 0-3 as its optimizers allocate them (stage_1_and_2.py, stage3.py, bf16_optimizer.py)."""
+    """DeepSpeed ZeRO stage 0-3 as DeepSpeed 0.19.8 keeps them (measured: tests/test_deepspeed_zero_oracle.py).
+
+    Stages 1 and 2 share stage_1_and_2.py: both end the backward holding only this rank's gradient
+    partition (the ZeRO paper's P_os keeps full gradients). The optimizer step reads an fp32 copy of the
+    gradient partition (4 B/param / N) that the paper's K = 12 does not count.
+    """
     psi, n, stage = inv.total, setup.dp, setup.zero_stage
     low = setup.params_dtype != "fp32"
     p_b = DTYPE_BYTES[setup.params_dtype]
-    g_b = p_b
-    if stage == 0 and setup.params_dtype == "bf16":
-        g_b = 4  # BF16_Optimizer accumulates gradients in fp32 buffers of full size
     opt_b = master_bytes(setup) + moment_bytes(setup)
-    fp32_grad = 4 if low else 0  # the fp32 gradient partition the optimizer step reads
+    fp32_grad = 4 if low else 0
     shard = math.ceil(psi / n)
     out = States()
     out.params = psi * p_b if stage < 3 else shard * p_b
-    out.grads = psi * g_b if stage < 2 else shard * g_b
+    out.grads = psi * p_b if stage == 0 else shard * p_b
     out.optimizer = psi * opt_b if stage == 0 else shard * opt_b
     if stage == 3:
         sub_group = int(setup.zero_buckets.get("sub_group_size", 1e9))
         out.step_transient = min(sub_group, shard) * fp32_grad
     else:
-        out.step_transient = (psi if stage == 0 else shard) * fp32_grad if g_b < 4 else 0
+        out.step_transient = (psi if stage == 0 else shard) * fp32_grad
     out.explain = [f"ZeRO-{stage} over DP={n}: params {p_b} B x {'Psi/N' if stage == 3 else 'Psi'}, "
-                   f"grads {g_b} B x {'Psi/N' if stage >= 2 else 'Psi'}, optimizer {opt_b} B x "
-                   f"{'Psi/N' if stage else 'Psi'}, step-time fp32 gradient partition {fp32_grad} B "
-                   f"(DeepSpeed keeps it beyond the ZeRO paper's K=12)"]
+                   f"grads {p_b} B x {'Psi/N' if stage else 'Psi'}, optimizer {opt_b} B x "
+                   f"{'Psi/N' if stage else 'Psi'}; during the step an fp32 gradient copy {fp32_grad} B x "
+                   f"{'Psi' if stage == 0 else 'Psi/N'} (DeepSpeed keeps it beyond the ZeRO paper's K=12)"]
     if setup.offload_optimizer != "none":
         host = out.optimizer + out.step_transient + (out.grads if stage >= 2 else 0)
         out.host += host
