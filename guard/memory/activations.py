@@ -28,35 +28,35 @@ def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, f
     stats = 8 if arch.norm == "layernorm" else 4  # fp32 mean+rstd, or rstd alone
     terms["norm inputs"] = arch.norms_per_layer * act * sb * h / rep
     terms["norm statistics"] = arch.norms_per_layer * stats * sb / rep
-    if setup.hf_kernels:  # eager transformers norms keep an fp32 copy of their input
+    if setup.eager and arch.norm == "rmsnorm":  # transformers' RMSNorm upcasts: autograd keeps the fp32 input
         terms["norm fp32 copies (eager)"] = arch.norms_per_layer * 2 * act * sb * h
     if "layernorm" not in drop:
         terms["QKV input (norm output)"] = act * sb * h / rep
     q, kv = arch.query_size, arch.kv_size
-    expanded_kv = setup.attention == "unfused" or setup.hf_kernels  # GQA K/V repeated to every head
+    expanded_kv = setup.attention == "unfused" or setup.eager  # GQA K/V repeated to every head
     kv_saved = q if (expanded_kv and kv < q) else kv
     terms["Q"] = act * sb * q / t
     terms["K, V"] = 2 * act * sb * kv_saved / t
-    if setup.hf_kernels and arch.position_embedding == "rope":
-        terms["rotary inputs (eager)"] = 2 * act * sb * (q + kv) / t
     heads = arch.heads / t
     if "core_attn" not in drop:
         if setup.attention == "unfused":
-            terms["softmax output"] = act * heads * s * s * b
+            terms["softmax output"] = (setup.softmax_bytes or act) * heads * s * s * b
             if arch.attention_dropout > 0:
-                terms["attention dropout mask"] = heads * s * s * b
+                terms["attention dropout mask"] = setup.mask_bytes * heads * s * s * b
                 terms["attention dropout output"] = act * heads * s * s * b
+            elif (setup.softmax_bytes or act) != act:  # the probabilities cast back for the second matmul
+                terms["softmax output, 16-bit copy"] = act * heads * s * s * b
         else:
             terms["softmax statistics (fp32)"] = 4 * heads * sb
     terms["attention output (projection input)"] = act * sb * q / t
     if arch.hidden_dropout > 0:
-        terms["dropout masks"] = 2 * sb * h / rep
+        terms["dropout masks"] = 2 * setup.mask_bytes * sb * h / rep
     if arch.norms_per_layer > 1 and "layernorm" not in drop:
         terms["MLP input (norm output)"] = act * sb * h / rep
     glu = 2 if arch.gated_mlp else 1
     if not arch.is_moe_layer(index):
         if "mlp" not in drop:
-            terms.update(_mlp_terms(act, sb, arch.ffn_hidden, glu, t, setup.hf_kernels, "MLP"))
+            terms.update(_mlp_terms(act, sb, arch.ffn_hidden, glu, t, setup.eager, "MLP"))
         return terms
     e = arch.num_experts or 1
     terms["router logits (fp32)"] = 4 * sb * e / rep
@@ -123,7 +123,7 @@ def logits_bytes(setup: Setup) -> tuple[float, float]:
     h_in = act * s * setup.micro_batch * setup.arch.hidden / (setup.tp if setup.sequence_parallel else 1)
     if setup.fused_cross_entropy:
         return h_in + act * rows, 0.0
-    stored = h_in + 4 * rows + (act * rows if setup.hf_kernels else 0)
+    stored = h_in + 4 * rows + (act * rows if setup.eager else 0)
     return stored, 4 * rows  # the fp32 upcast while the softmax is computed
 
 

@@ -72,7 +72,7 @@ def setup_from_config(config: dict, label: str, arch: Architecture, world_size: 
                       gpus_per_node: int) -> Setup:
     """An HF Trainer / plain DeepSpeed job: data parallel over every rank, eager transformers layers."""
     setup = Setup(arch=arch, framework="deepspeed", world_size=world_size, gpus_per_node=gpus_per_node,
-                  hf_kernels=True)
+                  eager=True)
     mbs = micro_batch or config.get("train_micro_batch_size_per_gpu")
     if not isinstance(mbs, int) or isinstance(mbs, bool) or mbs < 1:
         raise SetupError(f"{label}: train_micro_batch_size_per_gpu is {mbs!r}: give --micro-batch-size N")

@@ -70,7 +70,9 @@ class Setup:
     recompute_modules: tuple[str, ...] = ("core_attn",)
     distribute_saved_activations: bool = False
     attention: str = "flash"  # flash (flash/fused/cuDNN: no s^2 term) | unfused
-    hf_kernels: bool = False  # eager PyTorch layers of a transformers model (unfused norms, rotary copies)
+    eager: bool = False  # eager PyTorch ops (transformers models; Megatron's CPU path): unfused norms, rotary
+    mask_bytes: int = 1  # dropout masks: CUDA's fused dropout keeps 1 byte; the CPU path keeps the activation dtype
+    softmax_bytes: int | None = None  # unfused attention probabilities (None: the activation dtype; fp32 on CPU)
     fused_cross_entropy: bool = False
     checkpoint_partition: bool = False  # DeepSpeed activation checkpointing: partition_activations
     checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing
