@@ -9,16 +9,10 @@ from guard.memory.units import parse_size
 def choose_gpu(name: str | None = None, memory: str | None = None) -> Gpu | None:
     """A catalog name, or a size; both: the named GPU with the given usable memory."""
     gpu = None
+    if name and memory is None and name.strip()[:1].isdigit():  # "80GiB": a size, not a catalog name
+        return custom(parse_size(name))
     if name:
-        try:
-            gpu = lookup(name)
-        except ValueError:
-            if memory is None and any(ch.isdigit() for ch in name):
-                try:
-                    return custom(parse_size(name))
-                except ValueError:
-                    pass
-            raise
+        gpu = lookup(name)
     if memory:
         size = parse_size(memory)
         if gpu is None:

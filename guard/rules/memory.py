@@ -72,8 +72,10 @@ def predicted_oom(job: MegatronJob) -> None:
     dominant = max(("params", "grads", "optimizer", "activations", "logits"), key=lambda k: worst.components[k])
     origin = setup.origin(DRIVERS[dominant])
     ranks = ", ".join(_range(result.stage_ranks(st.pp_rank)) for st in over)
+    plural = "ranks" if len(over) > 1 or result.ranks_per_stage > 1 else "rank"
+    gpu = f"a GPU with {gib(result.capacity)} GiB" if result.gpu.name == "custom" else result.gpu.name
     job.report_at(PREDICTED_OOM, Span(origin.line, origin.col), origin.pointer,
-                  f"predicted out of memory on {result.gpu.name}: ranks {ranks} peak at {gib(worst.peak_bytes)} GiB "
+                  f"predicted out of memory on {gpu}: {plural} {ranks} peak at {gib(worst.peak_bytes)} GiB "
                   f"(pipeline stage {worst.pp_rank}) of {gib(result.capacity)} GiB usable; largest term: "
                   f"{dominant} {gib(worst.components[dominant])} GiB",
                   help="run `guard estimate --explain` on this job for every term", path=origin.path)
