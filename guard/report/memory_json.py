@@ -39,5 +39,5 @@ def to_dict(est: Estimate) -> dict:
 
 
 def write(est: Estimate, out: TextIO) -> None:
-    json.dump(to_dict(est), out, indent=1)
+    out.write(json.dumps(to_dict(est)))  # json.dumps without indent runs the C encoder: 1024 ranks in ms
     out.write("\n")
