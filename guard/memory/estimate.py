@@ -126,6 +126,19 @@ def estimate_stage(setup: Setup, r: int) -> StageEstimate:
                            "loss fp32 upcast": logits_transient},
              "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
     explain = list(states.explain)
+    mib = 2**20
+    if len(chunks) == 1 and all_layers:
+        explain.append(f"activations = {inflight} microbatches x {sizes[0] / mib:,.1f} MiB (the stage's "
+                       f"{len(all_layers)} layers, one microbatch) = {stash / 2**30:.2f} GiB")
+    elif all_layers:
+        explain.append(f"activations = {inflight} virtual microbatches over chunks of "
+                       f"{[round(x / mib, 1) for x in sizes]} MiB (interleaved order simulated) = "
+                       f"{stash / 2**30:.2f} GiB")
+    if logits_stored:
+        explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.cp} x {setup.micro_batch} x "
+                       f"{setup.vocab} / {setup.tp}; kept {logits_stored / mib:,.1f} MiB "
+                       f"({'16-bit, fused loss' if setup.fused_cross_entropy else 'fp32 softmax for backward'}) "
+                       f"+ transient {logits_transient / mib:,.1f} MiB")
     if padding_params(setup, inv):
         explain.append(f"vocabulary padding: {padding_params(setup, inv):,} of the embedding parameters "
                        f"(vocab {setup.arch.vocab:,} padded to {setup.vocab:,})")

@@ -53,6 +53,11 @@ def apply_config(setup: Setup, config: dict, label: str, precision: str | None =
                 setup.zero_buckets[key] = float(value)
     opt = config.get("optimizer") or {}
     kind = str(opt.get("type", "adamw")).lower() if isinstance(opt, dict) else "adamw"
+    params = (opt.get("params") or {}) if isinstance(opt, dict) else {}
+    # no optimizer section: the HF Trainer hands DeepSpeed torch's AdamW; DeepSpeed's own Adam is FusedAdam
+    # on CUDA unless "torch_adam": true
+    setup.optimizer_impl = "torch" if (not opt or (isinstance(params, dict) and params.get("torch_adam") is True)) \
+        else "fused"
     if kind in ("sgd",):
         setup.optimizer = "sgd"
         momentum = (opt.get("params") or {}).get("momentum", 0)

@@ -141,7 +141,7 @@ def architecture(job: MegatronJob, base: Architecture | None, vocab: int | None)
         moe_layers=pattern,
         hidden_dropout=float(_value(job, "hidden_dropout", None) or 0.0),
         attention_dropout=float(_value(job, "attention_dropout", None) or 0.0),
-        name=(b.name if b else "") or job.path, source=job.path)
+        name=(b.name if b else "") or f"GPT from the flags of {job.path}", source=job.path)
 
 
 def setup_from_job(job: MegatronJob, base: Architecture | None = None, vocab: int | None = None,

@@ -75,9 +75,10 @@ def buffers(setup: Setup, rank_params: int, largest_layer_params: int, replicate
         out["pipeline P2P buffers"] = 2 * count * hidden_msg if setup.ds_pipeline else count * hidden_msg
     if setup.framework == "megatron":
         bucket = max(4e7, 1e6 * setup.dp * setup.cp)  # distributed_data_parallel.py's default bucket size
-        pad = math.lcm(setup.dp * setup.cp, 128) if setup.distributed_optimizer else 1
-        out["gradient-buffer padding"] = math.ceil(rank_params / bucket) * pad * (
-            p_b + DTYPE_BYTES[setup.grads_dtype])
+        if setup.distributed_optimizer:  # each bucket is padded to a multiple of lcm(DP x CP, 128) elements
+            pad = math.lcm(setup.dp * setup.cp, 128)
+            out["gradient-buffer padding"] = math.ceil(rank_params / bucket) * pad * (
+                p_b + DTYPE_BYTES[setup.grads_dtype])
         return out, step
     stage = setup.zero_stage
     if stage in (1, 2):

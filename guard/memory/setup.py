@@ -54,6 +54,7 @@ class Setup:
     grads_dtype: str = "fp32"  # the gradient buffer (Megatron main_grad / DeepSpeed reduce dtype)
     optimizer: str = "adam"  # adam (also AdamW) or sgd
     sgd_momentum: bool = True
+    optimizer_impl: str = "fused"  # fused (Apex/TE/DeepSpeed FusedAdam) | torch (foreach: temporaries at step)
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"

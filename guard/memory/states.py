@@ -70,15 +70,17 @@ def zero_states(setup: Setup, inv: Inventory) -> States:
     out.params = psi * p_b if stage < 3 else shard * p_b
     out.grads = psi * p_b if stage == 0 else shard * p_b
     out.optimizer = psi * opt_b if stage == 0 else shard * opt_b
-    if stage == 3:
-        sub_group = int(setup.zero_buckets.get("sub_group_size", 1e9))
-        out.step_transient = min(sub_group, shard) * fp32_grad
-    else:
-        out.step_transient = (psi if stage == 0 else shard) * fp32_grad
+    step_tensor = min(int(setup.zero_buckets.get("sub_group_size", 1e9)), shard) if stage == 3 else \
+        (psi if stage == 0 else shard)  # the flat fp32 tensor one optimizer.step() call sees
+    # torch's (foreach) Adam allocates sqrt(exp_avg_sq) as a new fp32 tensor; fused Adam works in place
+    adam_temp = 4 if (setup.optimizer_impl == "torch" and setup.optimizer == "adam") else 0
+    out.step_transient = step_tensor * (fp32_grad + adam_temp)
     out.explain = [f"ZeRO-{stage} over DP={n}: params {p_b} B x {'Psi/N' if stage == 3 else 'Psi'}, "
                    f"grads {p_b} B x {'Psi/N' if stage else 'Psi'}, optimizer {opt_b} B x "
                    f"{'Psi/N' if stage else 'Psi'}; during the step an fp32 gradient copy {fp32_grad} B x "
-                   f"{'Psi' if stage == 0 else 'Psi/N'} (DeepSpeed keeps it beyond the ZeRO paper's K=12)"]
+                   f"{'Psi' if stage == 0 else 'Psi/N'} (DeepSpeed keeps it beyond the ZeRO paper's K=12)"
+                   + (f"; torch Adam's sqrt(exp_avg_sq) temporary {adam_temp} B on the same tensor" if adam_temp
+                      else "")]
     if setup.offload_optimizer != "none":
         host = out.optimizer + out.step_transient + (out.grads if stage >= 2 else 0)
         out.host += host

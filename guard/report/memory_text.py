@@ -50,7 +50,8 @@ def verdict(est: Estimate) -> str:
         return f"peak {gib(peak.peak_bytes)} GiB on {where}; no GPU given (--gpu NAME or --gpu-memory SIZE)"
     margin = est.capacity - peak.peak_bytes
     word = "FITS" if margin >= 0 else "DOES NOT FIT"
-    return (f"{word} on {est.gpu.name} ({gib(est.capacity)} GiB usable): peak {gib(peak.peak_bytes)} GiB on {where}, "
+    name = "a GPU" if est.gpu.name == "custom" else est.gpu.name
+    return (f"{word} on {name} ({gib(est.capacity)} GiB usable): peak {gib(peak.peak_bytes)} GiB on {where}, "
             f"margin {margin / GIB:+.2f} GiB")
 
 
@@ -110,8 +111,10 @@ def _rich_table(est: Estimate, out: TextIO) -> None:
 def _explain(est: Estimate, out: TextIO) -> None:
     s = est.setup
     for st in est.stages:
-        out.write(f"\n== pipeline stage {st.pp_rank} (ranks {est.stage_ranks(st.pp_rank).start}-"
-                  f"{est.stage_ranks(st.pp_rank).stop - 1}): {st.layers} layers in chunks {st.chunk_layers} ==\n")
+        ranks = est.stage_ranks(st.pp_rank)
+        shown = str(ranks.start) if len(ranks) == 1 else f"{ranks.start}-{ranks.stop - 1}"
+        out.write(f"\n== pipeline stage {st.pp_rank} (ranks {shown}): {st.layers} layers in chunks "
+                  f"{st.chunk_layers} ==\n")
         out.write("parameters on one rank, by bucket:\n")
         for (bucket, item), count in sorted(st.inventory.items.items()):
             out.write(f"  {bucket:14} {item:48} {count:>16,}\n")
