@@ -76,7 +76,7 @@ def load_settings(pyproject: Path | None) -> Settings:
         raise SettingsError(f"{pyproject}: cannot read [tool.guard]: {err}") from None
     settings.root = pyproject.parent
     known = {"select", "ignore", "extend-select", "per-file-ignores", "context",
-             "deepspeed-version", "world-size", "gpus-per-node", "megatron-version"}
+             "deepspeed-version", "world-size", "gpus-per-node", "megatron-version", "gpu"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise SettingsError(f"{pyproject}: unknown [tool.guard] setting(s): {', '.join(unknown)}")

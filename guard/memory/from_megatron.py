@@ -94,6 +94,8 @@ def architecture(job: MegatronJob, base: Architecture | None, vocab: int | None)
     layers = _int(job, "num_layers", b and b.num_layers, need)
     hidden = _int(job, "hidden_size", b and b.hidden, need)
     heads = _int(job, "num_attention_heads", b and b.heads, need)
+    if not heads or not hidden or heads < 1:
+        raise SetupError(f"{job.path}: --hidden-size and --num-attention-heads must be positive integers")
     swiglu = bool(_value(job, "swiglu", b.gated_mlp if b and not job.given("swiglu") else None))
     groups = job.query_groups if (job.given("group_query_attention") or job.given("num_query_groups")
                                   or job.given("num_key_value_heads") or not b) else b.query_groups
@@ -109,6 +111,8 @@ def architecture(job: MegatronJob, base: Architecture | None, vocab: int | None)
     max_pos = _int(job, "max_position_embeddings", b.max_positions if b else None) or seq
     bias = _value(job, "add_bias_linear", b.linear_bias if b else None)
     experts = _int(job, "num_experts", b.num_experts if b else None)
+    if experts is not None and experts <= 1:  # Megatron-DeepSpeed's default [1] means a dense model
+        experts = None
     tokens = vocab or (b.vocab if b else None)
     tokenizer = _value(job, "tokenizer_type")
     if tokens is None and job.given("vocab_size"):
@@ -116,7 +120,8 @@ def architecture(job: MegatronJob, base: Architecture | None, vocab: int | None)
     if tokens is None:
         tokens = TOKENIZER_VOCAB.get(str(tokenizer))
     if tokens is None:
-        raise SetupError(f"{job.path}: the vocabulary size is not in the command (tokenizer {tokenizer}): "
+        which = f"--tokenizer-type {tokenizer} reads it from its files" if tokenizer else "no --tokenizer-type"
+        raise SetupError(f"{job.path}: the vocabulary size is not in the command ({which}): "
                          "give --vocab-size N, --model or --hf-config")
     pattern = None
     if experts:
@@ -144,27 +149,50 @@ def architecture(job: MegatronJob, base: Architecture | None, vocab: int | None)
         name=(b.name if b else "") or f"GPT from the flags of {job.path}", source=job.path)
 
 
+def _check_shape(job: MegatronJob, arch: Architecture) -> None:
+    """Values the model divides by: refuse what Megatron itself refuses (guard check says why, in detail)."""
+    for value, what in ((arch.num_layers, "--num-layers"), (arch.hidden, "--hidden-size"),
+                        (arch.heads, "--num-attention-heads"), (arch.ffn_hidden, "--ffn-hidden-size"),
+                        (arch.kv_channels, "--kv-channels"), (arch.query_groups, "--num-query-groups"),
+                        (arch.vocab, "--vocab-size")):
+        if value is None or value < 1:
+            raise SetupError(f"{job.path}: {what} must be a positive integer, got {value} (see guard check)")
+    if arch.heads % arch.query_groups:
+        raise SetupError(f"{job.path}: --num-attention-heads {arch.heads} is not a multiple of "
+                         f"--num-query-groups {arch.query_groups} (see guard check)")
+
+
 def setup_from_job(job: MegatronJob, base: Architecture | None = None, vocab: int | None = None,
                    world_size: int | None = None) -> Setup:
     arch = architecture(job, base, vocab)
+    _check_shape(job, arch)
     world = world_size or job.world_size
     if not world:
         raise SetupError(f"{job.path}: the world size is unknown ({job.world_size_why or 'no launcher'}): "
                          "give --world-size N")
     tp, pp, cp = job.tp or 1, job.pp or 1, job.cp or 1
+    for value, what in ((tp, "--tensor-model-parallel-size"), (pp, "--pipeline-model-parallel-size"),
+                        (cp, "--context-parallel-size")):
+        if value < 1:
+            raise SetupError(f"{job.path}: {what} must be at least 1, got {value}")
     if world % (tp * pp * cp):
         raise SetupError(f"{job.path}: world size {world} is not divisible by TP x PP x CP = {tp * pp * cp}")
     deepspeed = job.flavour == "megatron-deepspeed" and _value(job, "deepspeed") is True
     setup = Setup(arch=arch, framework="megatron-deepspeed" if deepspeed else "megatron", world_size=world,
                   tp=tp, pp=pp, cp=cp, vpp=job.vpp or 1, gpus_per_node=job.gpus_per_node or 8)
-    setup.ep = _int(job, "expert_model_parallel_size") or 1
-    setup.etp = _int(job, "expert_tensor_parallel_size") or tp
+    setup.ep = max(1, _int(job, "expert_model_parallel_size") or 1)
+    setup.etp = max(1, _int(job, "expert_tensor_parallel_size") or tp)
+    if arch.num_experts and arch.num_experts % setup.ep:
+        raise SetupError(f"{job.path}: --num-experts {arch.num_experts} is not divisible by "
+                         f"--expert-model-parallel-size {setup.ep}")
     setup.sequence_parallel = bool(_value(job, "sequence_parallel")) and tp > 1
     seq = _int(job, "seq_length", None)
     if not seq:
         raise SetupError(f"{job.path}: --seq-length is not set: give it in the command or with --seq-length")
     setup.seq_length = seq
     setup.micro_batch = _int(job, "micro_batch_size", None, "give --micro-batch-size") or 1
+    if setup.micro_batch < 1 or seq < 1:
+        raise SetupError(f"{job.path}: --micro-batch-size and --seq-length must be positive")
     dp = setup.dp
     gbs = _int(job, "global_batch_size") or setup.micro_batch * dp
     if gbs % (setup.micro_batch * dp):
@@ -245,7 +273,7 @@ def _chunks(job: MegatronJob, setup: Setup) -> None:
     try:
         layout = _value(job, "pipeline_model_parallel_layout")
         if layout:
-            setup.chunks = from_layout_string(str(layout), setup.pp)
+            setup.chunks = from_layout_string(str(layout), setup.pp, layers)
             setup.vpp = len(setup.chunks[0])
         else:
             setup.chunks = megatron_chunks(

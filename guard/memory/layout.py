@@ -20,7 +20,7 @@ def _expand(text: str) -> str:
     return re.sub(r"([A-Za-z])\*(\d+)", lambda mt: mt.group(1) * int(mt.group(2)), text)
 
 
-def from_layout_string(text: str, pp: int) -> list[list[Chunk]]:
+def from_layout_string(text: str, pp: int, num_layers: int) -> list[list[Chunk]]:
     """--pipeline-model-parallel-layout: virtual stages split by '|': E embedding, t layer, L loss."""
     stages = _expand(text).split("|")
     if len(stages) % pp:
@@ -35,6 +35,10 @@ def from_layout_string(text: str, pp: int) -> list[list[Chunk]]:
         chunks[vstage % pp].append(Chunk(tuple(range(layer, layer + count)), embedding="E" in body,
                                          loss="L" in body, virtual_stage=vstage))
         layer += count
+    if layer != num_layers:
+        raise LayoutError(f"layout places {layer} transformer layers, --num-layers is {num_layers}")
+    if "E" not in stages[0] or "L" not in stages[-1]:
+        raise LayoutError("layout must start with E (embedding) and end with L (loss)")
     return chunks
 
 

@@ -71,7 +71,7 @@ def predicted_oom(job: MegatronJob) -> None:
     worst = max(over, key=lambda st: st.peak_bytes)
     dominant = max(("params", "grads", "optimizer", "activations", "logits"), key=lambda k: worst.components[k])
     origin = setup.origin(DRIVERS[dominant])
-    ranks = ", ".join(_range(result.stage_ranks(st.pp_rank)) for st in over)
+    ranks = ", ".join(_range(r) for r in _merged([result.stage_ranks(st.pp_rank) for st in over]))
     plural = "ranks" if len(over) > 1 or result.ranks_per_stage > 1 else "rank"
     gpu = f"a GPU with {gib(result.capacity)} GiB" if result.gpu.name == "custom" else result.gpu.name
     job.report_at(PREDICTED_OOM, Span(origin.line, origin.col), origin.pointer,
@@ -79,6 +79,16 @@ def predicted_oom(job: MegatronJob) -> None:
                   f"(pipeline stage {worst.pp_rank}) of {gib(result.capacity)} GiB usable; largest term: "
                   f"{dominant} {gib(worst.components[dominant])} GiB",
                   help="run `guard estimate --explain` on this job for every term", path=origin.path)
+
+
+def _merged(ranges: list[range]) -> list[range]:
+    out: list[range] = []
+    for r in ranges:
+        if out and out[-1].stop == r.start:
+            out[-1] = range(out[-1].start, r.stop)
+        else:
+            out.append(r)
+    return out
 
 
 def _range(ranks: range) -> str:
