@@ -78,7 +78,7 @@ def _assert_matches_json(log: dict, diags: list[dict]) -> None:
 
 
 def test_every_fixture_and_example_in_one_log(validator):
-    paths = [str(FIXTURES / "rules"), str(ROOT / "examples")]
+    paths = [str(FIXTURES / "rules"), str(ROOT / "examples"), "--gpu", "80GiB"]  # --gpu: the MEM rules too
     code, log, diags = _both(*paths)
     assert code == 1
     _assert_valid(validator, log)
