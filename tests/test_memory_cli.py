@@ -128,3 +128,36 @@ def test_estimate_never_imports_torch():
              "sys.stderr.write(' '.join(m for m in ('torch', 'deepspeed', 'megatron') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr[-500:]
+
+
+def test_offload_moves_optimizer_states_to_host_ram(tmp_path):
+    """offload_optimizer: the GPU keeps the bf16 parameters; each rank's 16 B/param/N (fp32 master, Adam, fp32
+    gradients) and its gradient partition go to host RAM, summed over the 8 ranks of the node."""
+    config = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
+              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    (tmp_path / "ds.json").write_text(json.dumps(config))
+    code, out, err = run_guard("estimate", "--deepspeed", str(tmp_path / "ds.json"), "--model", "llama-2-7b",
+                               "--world-size", "8", "--gpus-per-node", "8", "--seq-length", "1024", "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    psi = 6_738_415_616
+    rank = data["ranks"][0]
+    assert rank["components"]["optimizer"] == 0 and rank["components"]["grads"] == 0
+    assert rank["host_bytes"] == pytest.approx((12 + 4 + 2) * psi / 8, rel=1e-6)
+    assert data["host_bytes_per_node"] == pytest.approx((12 + 4 + 2) * psi, rel=1e-6)
+
+
+def test_terminal_output_is_a_rich_table():
+    import io
+
+    from guard.memory.estimate import estimate
+    from guard.memory.from_megatron import setup_from_job
+    from guard.megatron.from_script import analyse
+    from guard.report import memory_text
+    from guard.settings import Settings
+
+    path = "examples/memory/llama2_13b_pp4.sh"
+    job = analyse(path, open(path).read(), Settings()).jobs[0]
+    out = io.StringIO()
+    memory_text.write(estimate(setup_from_job(job)), out, color=True)
+    assert "\x1b[" in out.getvalue() and "peak GiB" in out.getvalue()

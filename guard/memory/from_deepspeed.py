@@ -82,6 +82,8 @@ def setup_from_config(config: dict, label: str, arch: Architecture, world_size: 
     if not isinstance(mbs, int) or isinstance(mbs, bool) or mbs < 1:
         raise SetupError(f"{label}: train_micro_batch_size_per_gpu is {mbs!r}: give --micro-batch-size N")
     setup.micro_batch = mbs
+    gas = config.get("gradient_accumulation_steps")
+    setup.num_microbatches = gas if isinstance(gas, int) and not isinstance(gas, bool) and gas > 0 else 1
     seq = seq_length or None
     if not seq:
         raise SetupError(f"{label}: the sequence length is not in a DeepSpeed config: give --seq-length S")

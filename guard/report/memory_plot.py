@@ -14,7 +14,7 @@ def plot(est: Estimate, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise RuntimeError("--plot needs matplotlib: pip install 'guard[plot]'") from None
-    fig, ax = plt.subplots(figsize=(max(4, 0.9 * len(est.stages) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(est.stages) + 4), 4.5))
     xs = [f"PP {st.pp_rank}" for st in est.stages]
     bottom = [0.0] * len(est.stages)
     for key in COMPONENTS:
@@ -25,8 +25,9 @@ def plot(est: Estimate, path: str) -> None:
     if est.capacity:
         ax.axhline(est.capacity / GIB, color="black", linestyle="--", label=f"{est.gpu.name} usable")
     ax.set_ylabel("GiB per rank")
-    ax.set_title(f"{est.setup.arch.name}: predicted peak per pipeline stage")
-    ax.legend(fontsize=7, loc="upper right")
+    name = est.setup.arch.name.rsplit("/", 1)[-1]
+    ax.set_title(f"predicted peak per pipeline stage\n{name}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -105,7 +105,7 @@ def _rich_table(est: Estimate, out: TextIO) -> None:
         table.add_column(name, justify="right", style="bold" if name == "peak GiB" else None)
     for r in rows(est):
         table.add_row(*r)
-    Console(file=out, force_terminal=True).print(table)
+    Console(file=out, force_terminal=True, width=160).print(table)
 
 
 def _explain(est: Estimate, out: TextIO) -> None:
