@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from guard import estimate_cmd
 
-    estimate_cmd.add_parser(sub, _positive_int, _version)
+    estimate_cmd.add_parser(sub, _positive_int)
 
     schema = sub.add_parser("schema", help="regenerate a data table from a framework's sources")
     schema_sub = schema.add_subparsers(dest="schema_kind", parser_class=_Parser)

@@ -15,7 +15,7 @@ class EstimateError(ValueError):
     """Bad input to the estimate: one line, exit 2."""
 
 
-def add_parser(sub, positive_int, version) -> None:
+def add_parser(sub, positive_int) -> None:
     est = sub.add_parser("estimate", help="predict peak GPU memory for every rank of a job")
     est.add_argument("inputs", nargs="*", metavar="PATH",
                      help="a launch script / command-line file, or a DeepSpeed config (.json/.yaml)")

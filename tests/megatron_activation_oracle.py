@@ -16,8 +16,6 @@ import sys
 def measure(case: dict) -> dict:
     import torch
     import torch.nn.functional as F
-    from megatron.core import parallel_state as ps
-    from megatron.core import tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig

@@ -8,8 +8,6 @@ fp32 softmax statistics instead), sequence parallel (the "10" part / t), context
 
 from __future__ import annotations
 
-import math
-
 from guard.memory.setup import DTYPE_BYTES, Setup
 
 SELECTIVE_MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts", "mla_up_proj"}
@@ -135,7 +133,3 @@ def embedding_bytes(setup: Setup) -> float:
     if setup.arch.hidden_dropout > 0:
         out += sb * setup.arch.hidden / (setup.tp if setup.sequence_parallel else 1)
     return out
-
-
-def recompute_groups(layers: int, n: int) -> int:
-    return math.ceil(layers / max(1, n))

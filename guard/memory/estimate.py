@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from guard.memory import activations as acts
 from guard.memory import overheads, schedule
 from guard.memory.catalog import Gpu
-from guard.memory.params import REPLICATED, Inventory, model_param_count, padding_params, rank_inventory
+from guard.memory.params import REPLICATED, Inventory, add_layer, model_param_count, padding_params, rank_inventory
 from guard.memory.setup import Setup
 from guard.memory.states import model_states
 
@@ -149,8 +149,6 @@ def estimate_stage(setup: Setup, r: int) -> StageEstimate:
 
 def _largest_layer_params(setup: Setup, layers: tuple[int, ...]) -> int:
     """ZeRO-3 gathers one layer at a time: the largest layer's parameters (untouched by TP here)."""
-    from guard.memory.params import add_layer
-
     best = 0
     for index in set(layers[:1]) | {i for i in layers if setup.arch.is_moe_layer(i)}:
         inv = Inventory()

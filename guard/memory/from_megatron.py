@@ -129,8 +129,8 @@ def architecture(job: MegatronJob, base: Architecture | None, vocab: int | None)
         if isinstance(freq, str):
             freq = list_expression(freq)
             if freq is None:
-                setup_note = "--moe-layer-freq is an expression guard cannot read: every layer priced as MoE"
-                raise SetupError(f"{job.path}: {setup_note}; give an int or a list such as [0]*3+[1]*29")
+                raise SetupError(f"{job.path}: --moe-layer-freq is an expression guard cannot read; give an int "
+                                 "or a list such as [0]*3+[1]*29")
         pattern = moe_layer_pattern(layers, freq) if freq is not None else (b.moe_layers if b else None)
     return Architecture(
         num_layers=layers, hidden=hidden, heads=heads, query_groups=groups or heads, kv_channels=kv,

@@ -78,7 +78,7 @@ class Setup:
     checkpoint_partition: bool = False  # DeepSpeed activation checkpointing: partition_activations
     checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing
     overlap_param_gather: bool = False
-    overrides: dict[str, int] = field(default_factory=dict)  # runtime/buffer terms set by the user
+    overrides: dict[str, float] = field(default_factory=dict)  # runtime/buffer terms set by the user (--set)
     origins: dict[str, Origin] = field(default_factory=dict)
     unmodelled: list[tuple[str, str]] = field(default_factory=list)  # (feature, setting that asks for it)
     notes: list[str] = field(default_factory=list)
