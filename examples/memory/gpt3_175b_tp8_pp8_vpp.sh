@@ -5,6 +5,7 @@
 #SBATCH --nodes=128
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP overlap needs in-order kernel launches
 
 GPT_ARGS=(
     --num-layers 96 --hidden-size 12288 --num-attention-heads 96

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Long context: Llama-3-8B at 128k tokens. Context parallel 8 x tensor parallel 4 (sequence parallel) on 32 GPUs.
 # guard estimate --gpu H100-SXM examples/memory/llama3_8b_128k_cp8.sh
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP overlap needs in-order kernel launches
 torchrun --nproc-per-node 8 --nnodes 4 --node-rank $NODE_RANK --master-addr $MASTER --master-port 6000 \
     pretrain_gpt.py \
     --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 \

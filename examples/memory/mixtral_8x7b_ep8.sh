@@ -1,6 +1,7 @@
 #!/bin/bash
 # Mixtral 8x7B with expert parallelism: EP 8 inside each node, PP 4 across nodes, 64 GPUs.
 # guard estimate --gpu H100-SXM examples/memory/mixtral_8x7b_ep8.sh
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP overlap needs in-order kernel launches
 torchrun --nproc-per-node 8 --nnodes 8 --node-rank $NODE_RANK --master-addr $MASTER --master-port 6000 \
     pretrain_gpt.py \
     --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 \
