@@ -82,14 +82,15 @@ def zero_states(setup: Setup, inv: Inventory) -> States:
                    + (f"; torch Adam's sqrt(exp_avg_sq) temporary {adam_temp} B on the same tensor" if adam_temp
                       else "")]
     if setup.offload_optimizer != "none":
-        host = out.optimizer + out.step_transient + (out.grads if stage >= 2 else 0)
+        # stages 1 and 2 share stage_1_and_2.py: with offload both copy the gradient partition to pinned host memory
+        host = out.optimizer + out.step_transient + (out.grads if stage >= 1 else 0)
         out.host += host
         out.explain.append(f"offload_optimizer={setup.offload_optimizer}: optimizer states, fp32 gradients"
-                           f"{' and the gradient partition' if stage >= 2 else ''} live in host RAM "
+                           f"{' and the gradient partition' if stage >= 1 else ''} live in host RAM "
                            f"({host:,} B on this rank)")
         out.optimizer = 0
         out.step_transient = 0
-        if stage >= 2:
+        if stage >= 1:
             out.grads = 0
     if setup.offload_param != "none" and stage == 3:
         out.host += out.params
