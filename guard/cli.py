@@ -127,13 +127,17 @@ def _settings(args: argparse.Namespace) -> Settings:
             raise UsageError(f"guard check: --gpu: {err}") from None
         settings.gpu = args.gpu
     if args.megatron_version:
-        from guard.megatron.flag_table import resolve_version
-
-        try:
-            settings.megatron_version = resolve_version(args.megatron_version)
-        except ValueError as err:
-            raise UsageError(f"guard check: --megatron-version: {err}") from None
+        settings.megatron_version = _megatron_version(args.megatron_version, "check")
     return settings
+
+
+def _megatron_version(text: str, command: str) -> str:
+    from guard.megatron.flag_table import resolve_version
+
+    try:
+        return resolve_version(text)
+    except ValueError as err:
+        raise UsageError(f"guard {command}: --megatron-version: {err}") from None
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -157,19 +161,13 @@ def run_check(args: argparse.Namespace) -> int:
 def run_estimate(args: argparse.Namespace) -> int:
     from guard.estimate_cmd import EstimateError, run
 
-    settings = Settings()
+    # [tool.guard] gives the GPU and the GPUs per node; the world size comes from the job or --world-size
+    project = load_settings(find_pyproject(Path.cwd()))
+    settings = Settings(world_size=args.world_size, gpu=project.gpu,
+                        gpus_per_node=args.gpus_per_node or project.gpus_per_node)
+    if args.megatron_version:
+        settings.megatron_version = _megatron_version(args.megatron_version, "estimate")
     try:
-        if args.world_size:
-            settings.world_size = args.world_size
-        if args.gpus_per_node:
-            settings.gpus_per_node = args.gpus_per_node
-        path = find_pyproject(Path.cwd())
-        project = load_settings(path)
-        settings.gpu, settings.gpus_per_node = project.gpu, settings.gpus_per_node or project.gpus_per_node
-        if args.megatron_version:
-            from guard.megatron.flag_table import resolve_version
-
-            settings.megatron_version = resolve_version(args.megatron_version)
         return run(args, settings)
     except (EstimateError, ValueError) as err:
         raise UsageError(f"guard estimate: {err}") from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from guard.settings import Settings
 
@@ -81,6 +80,8 @@ def _architecture(args):
 
 def _megatron_job(args, settings: Settings):
     from guard.megatron.from_script import analyse, job_from_argv
+    from guard.sources.document import SourceError
+    from guard.sources.loader import read_text
 
     scripts = list(args.script) + [p for p in args.inputs if not p.lower().endswith(CONFIG_SUFFIXES)]
     if args.megatron_args is not None:
@@ -94,9 +95,9 @@ def _megatron_job(args, settings: Settings):
         raise EstimateError("give one launch script at a time")
     path = scripts[0]
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise EstimateError(f"{path}: cannot read: {err.strerror or err}") from None
+        text, _ = read_text(path)
+    except SourceError as err:
+        raise EstimateError(f"{path}: {err.message}") from None
     result = analyse(path, text, settings)
     if not result.jobs:
         first = result.diagnostics[0] if result.diagnostics else None

@@ -105,10 +105,6 @@ def chunk_stored(setup: Setup, layers: tuple[int, ...]) -> tuple[float, float]:
     return stored, working
 
 
-def largest_layer_full(setup: Setup, layers: tuple[int, ...]) -> float:
-    return max((sum(layer_terms(setup, i, False).values()) for i in layers), default=0.0)
-
-
 def logits_bytes(setup: Setup) -> tuple[float, float]:
     """(stored, transient) bytes of the output layer and loss for one microbatch on the last stage.
 

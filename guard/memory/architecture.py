@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,6 @@ class Architecture:
     @property
     def kv_size(self) -> int:
         return self.query_groups * self.kv_channels
-
-    def with_(self, **changes) -> "Architecture":
-        return replace(self, **changes)
 
 
 def moe_layer_pattern(num_layers: int, freq) -> tuple[bool, ...] | None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
-from guard.checker import CheckResult
+if TYPE_CHECKING:  # `guard estimate` imports its reporters from here without loading the checker
+    from guard.checker import CheckResult
 
-Reporter = Callable[[CheckResult, TextIO], None]
+Reporter = Callable[["CheckResult", TextIO], None]
 
 
 def get(name: str) -> Reporter:
