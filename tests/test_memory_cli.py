@@ -132,7 +132,8 @@ def test_estimate_never_imports_torch():
 
 def test_offload_moves_optimizer_states_to_host_ram(tmp_path):
     """offload_optimizer: the GPU keeps the bf16 parameters; each rank's 16 B/param/N (fp32 master, Adam, fp32
-    gradients) and its gradient partition go to host RAM, summed over the 8 ranks of the node."""
+    gradients), a 16-bit copy of its partition and a pinned staging buffer as large as the largest tensor (the
+    embedding, 32000 x 4096 bf16: temp_grad_buffer_for_cpu_offload) go to host RAM, summed over the node."""
     config = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
               "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
     (tmp_path / "ds.json").write_text(json.dumps(config))
@@ -143,8 +144,9 @@ def test_offload_moves_optimizer_states_to_host_ram(tmp_path):
     psi = 6_738_415_616
     rank = data["ranks"][0]
     assert rank["components"]["optimizer"] == 0 and rank["components"]["grads"] == 0
-    assert rank["host_bytes"] == pytest.approx((12 + 4 + 2) * psi / 8, rel=1e-6)
-    assert data["host_bytes_per_node"] == pytest.approx((12 + 4 + 2) * psi, rel=1e-6)
+    staging = 32000 * 4096 * 2
+    assert rank["host_bytes"] == pytest.approx((12 + 4 + 2) * psi / 8 + staging, rel=1e-6)
+    assert data["host_bytes_per_node"] == pytest.approx((12 + 4 + 2) * psi + 8 * staging, rel=1e-6)
 
 
 def test_terminal_output_is_a_rich_table():

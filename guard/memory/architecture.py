@@ -32,6 +32,7 @@ class Architecture:
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
     name: str = ""
+    module_order: str = ""  # the transformers model's parameter order ("gpt2", "llama"), for ZeRO's flat layout
     source: str = ""  # where these numbers came from
     unmodelled: tuple[str, ...] = field(default=())  # architecture features the model does not price
 

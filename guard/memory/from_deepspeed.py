@@ -7,6 +7,7 @@ from typing import Any
 from guard.memory.architecture import Architecture
 from guard.memory.from_megatron import SetupError
 from guard.memory.setup import Chunk, Setup
+from guard.memory.zero_layout import hf_tensors, trainer_groups
 
 BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size")
@@ -90,6 +91,9 @@ def setup_from_config(config: dict, label: str, arch: Architecture, world_size: 
     setup.seq_length = seq
     apply_config(setup, config, label, precision)
     setup.chunks = [[Chunk(tuple(range(arch.num_layers)), embedding=True, loss=True)]]
+    tensors = hf_tensors(arch)
+    if tensors:  # the HF Trainer's decay / no-decay groups give ZeRO's flat layout
+        setup.param_groups = trainer_groups(tensors)
     if gradient_checkpointing:
         setup.recompute, setup.recompute_method, setup.recompute_num_layers = "full", "uniform", 1
     return setup

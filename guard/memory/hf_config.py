@@ -90,7 +90,8 @@ def _llama_like(data: dict, kind: str, label: str) -> Architecture:
         qk_norm=kind in ("qwen3", "qwen3_moe"), num_experts=experts or None, moe_ffn_hidden=moe_ffn,
         moe_topk=data.get("num_experts_per_tok") or 2, shared_expert_ffn=shared, moe_layers=pattern,
         attention_dropout=float(data.get("attention_dropout") or 0.0), unmodelled=tuple(unmodelled),
-        **_meta(data, label))
+        # the per-tensor order ZeRO's flat layout needs is known for dense models without MLP biases
+        module_order="" if experts or data.get("mlp_bias") else "llama", **_meta(data, label))
 
 
 def _gpt2(data: dict, label: str) -> Architecture:
@@ -104,7 +105,7 @@ def _gpt2(data: dict, label: str) -> Architecture:
         gated_mlp="glu" in act, norm="layernorm", tied_embeddings=bool(data.get("tie_word_embeddings", True)),
         position_embedding="learned_absolute", linear_bias=True,
         hidden_dropout=float(data.get("resid_pdrop", 0.1)), attention_dropout=float(data.get("attn_pdrop", 0.1)),
-        **_meta(data, label))
+        module_order="gpt2", **_meta(data, label))
 
 
 def _neox(data: dict, label: str) -> Architecture:

@@ -58,7 +58,7 @@ def add_layer(inv: Inventory, arch: Architecture, index: int, tp: int, ep: int, 
         return
     e = arch.num_experts or 0
     ffn = arch.moe_ffn_hidden or arch.ffn_hidden
-    inv.add(REPLICATED, "MoE router", h * e)
+    inv.add(REPLICATED, "MoE router", h * e + (e if arch.linear_bias else 0))  # with --add-bias-linear it has a bias
     per_expert = h * ffn * glu + ffn * h + ((ffn * glu + h) if arch.linear_bias else 0)
     inv.add(EXPERT, "routed experts", per_expert * e / (ep * etp))
     if arch.shared_expert_ffn:

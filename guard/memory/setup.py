@@ -63,6 +63,7 @@ class Setup:
     offload_optimizer: str = "none"  # none | cpu | nvme
     offload_param: str = "none"
     zero_buckets: dict[str, float] = field(default_factory=dict)
+    param_groups: list[list[int]] | None = None  # numel of each tensor per optimizer group (ZeRO's flat layout)
     ds_pipeline: bool = False  # DeepSpeed's pipeline engine schedule
     # activations
     recompute: str = "none"  # none | selective | full

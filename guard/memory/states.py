@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from guard.memory.params import Inventory
 from guard.memory.setup import DTYPE_BYTES, Setup
+from guard.memory.zero_layout import layout_for
 
 
 @dataclass
@@ -17,6 +18,9 @@ class States:
     step_transient: int = 0  # allocated only while optimizer.step() runs
     host: int = 0  # CPU RAM this rank's offloaded states take
     explain: list[str] = field(default_factory=list)
+    terms: dict[str, int] = field(default_factory=dict)  # device-resident states by name
+    step_terms: dict[str, int] = field(default_factory=dict)  # what the optimizer step allocates, by name
+    host_terms: dict[str, int] = field(default_factory=dict)  # offloaded states by name
 
 
 def moment_bytes(setup: Setup) -> int:
@@ -53,53 +57,81 @@ def megatron_states(setup: Setup, inv: Inventory) -> States:
     return out
 
 
-def zero_states(setup: Setup, inv: Inventory) -> States:
-    """DeepSpeed ZeRO stage 0-3 as DeepSpeed 0.19.8 keeps them (measured: tests/test_deepspeed_zero_oracle.py).
+def zero_states(setup: Setup, inv: Inventory, dp_rank: int | None = None) -> States:
+    """DeepSpeed ZeRO stage 0-3 as DeepSpeed 0.19.8 keeps them, term by term (measured on CPU ranks:
+    tests/fidelity/deepspeed_zero.py). dp_rank None: the data-parallel rank that holds the most.
 
-    Stages 1 and 2 share stage_1_and_2.py: both end the backward holding only this rank's gradient
-    partition (the ZeRO paper's P_os keeps full gradients). The optimizer step reads an fp32 copy of the
-    gradient partition (4 B/param / N) that the paper's K = 12 does not count.
+    - Stage 0 with 16-bit params wraps the optimizer in FP16/BF16_Optimizer: full fp32 master weights, and
+      fp32 copies of all gradients during the step.
+    - Stages 1-3 always keep an fp32 master partition, even for fp32 models (a copy the inner optimizer updates).
+    - Stages 1 and 2 share stage_1_and_2.py: both end the backward holding only the gradients of the tensors
+      that touch this rank's slice (the ZeRO paper's P_os keeps full gradients). The step flattens them (a
+      copy) and converts that to fp32 (another, for 16-bit models) before the inner optimizer runs.
+    - Stage 3 copies its gradient partition to fp32 for the step, whatever the model's dtype.
     """
     psi, n, stage = inv.total, setup.dp, setup.zero_stage
     low = setup.params_dtype != "fp32"
     p_b = DTYPE_BYTES[setup.params_dtype]
-    opt_b = master_bytes(setup) + moment_bytes(setup)
-    fp32_grad = 4 if low else 0
-    shard = math.ceil(psi / n)
+    moments = moment_bytes(setup)
+    layout = layout_for(setup.param_groups, psi, n, stage)
+    grad_elems = max(layout.grad_buffers) if dp_rank is None else layout.grad_buffers[dp_rank]
+    part = layout.partition
     out = States()
-    out.params = psi * p_b if stage < 3 else shard * p_b
-    out.grads = psi * p_b if stage == 0 else shard * p_b
-    out.optimizer = psi * opt_b if stage == 0 else shard * opt_b
-    step_tensor = min(int(setup.zero_buckets.get("sub_group_size", 1e9)), shard) if stage == 3 else \
-        (psi if stage == 0 else shard)  # the flat fp32 tensor one optimizer.step() call sees
+    if stage == 0:
+        master = psi * 4 if low else 0
+        out.terms = {"parameters": psi * p_b, "gradients": psi * p_b, "fp32 master weights": master,
+                     "optimizer moments": psi * moments}
+        out.step_terms = {"fp32 gradient copies": psi * 4 if low else 0}
+        step_tensor = psi
+    else:
+        params = layout.flat if stage < 3 else part
+        out.terms = {"parameters": params * p_b, "gradients": grad_elems * p_b, "fp32 master weights": part * 4,
+                     "optimizer moments": part * moments}
+        if stage == 3:  # one fp32 buffer sized for the largest sub-group, reused by each
+            step_tensor = min(int(setup.zero_buckets.get("sub_group_size", 1e9)), layout.largest_group_partition)
+            out.step_terms = {"fp32 gradient copy": step_tensor * 4}
+        else:  # group by group: flatten (a copy), convert to fp32 (another, for 16-bit models), step, free
+            step_tensor = layout.largest_group_partition
+            out.step_terms = {"flattened gradient partition": step_tensor * p_b,
+                              "fp32 gradient copy": step_tensor * 4 if low else 0}
     # torch's (foreach) Adam allocates sqrt(exp_avg_sq) as a new fp32 tensor; fused Adam works in place
-    adam_temp = 4 if (setup.optimizer_impl == "torch" and setup.optimizer == "adam") else 0
-    out.step_transient = step_tensor * (fp32_grad + adam_temp)
-    out.explain = [f"ZeRO-{stage} over DP={n}: params {p_b} B x {'Psi/N' if stage == 3 else 'Psi'}, "
-                   f"grads {p_b} B x {'Psi/N' if stage else 'Psi'}, optimizer {opt_b} B x "
-                   f"{'Psi/N' if stage else 'Psi'}; during the step an fp32 gradient copy {fp32_grad} B x "
-                   f"{'Psi' if stage == 0 else 'Psi/N'} (DeepSpeed keeps it beyond the ZeRO paper's K=12)"
-                   + (f"; torch Adam's sqrt(exp_avg_sq) temporary {adam_temp} B on the same tensor" if adam_temp
-                      else "")]
+    if setup.optimizer_impl == "torch" and setup.optimizer == "adam":
+        out.step_terms["torch Adam sqrt(exp_avg_sq) temporary"] = step_tensor * 4
+    if layout.padding and stage:  # the padding is inside the flat groups / partitions priced above
+        out.explain.append(f"alignment padding: {layout.padding:,} elements over the flat groups / partitions")
     if setup.offload_optimizer != "none":
-        # stages 1 and 2 share stage_1_and_2.py: with offload both copy the gradient partition to pinned host memory
-        host = out.optimizer + out.step_transient + (out.grads if stage >= 1 else 0)
-        out.host += host
-        out.explain.append(f"offload_optimizer={setup.offload_optimizer}: optimizer states, fp32 gradients"
-                           f"{' and the gradient partition' if stage >= 1 else ''} live in host RAM "
-                           f"({host:,} B on this rank)")
-        out.optimizer = 0
-        out.step_transient = 0
-        if stage >= 1:
-            out.grads = 0
+        # the optimizer lives in host RAM: master, moments, a persistent fp32 gradient partition, and (stages
+        # 1-2) a 16-bit copy of the parameter partition plus a pinned staging buffer of the largest tensor
+        out.host_terms = {"fp32 master weights": out.terms.pop("fp32 master weights"),
+                          "optimizer moments": out.terms.pop("optimizer moments"),
+                          "fp32 gradient partition": part * 4}
+        if stage == 3:
+            out.host_terms["gradient partition"] = out.terms.pop("gradients")
+        elif stage:
+            out.terms.pop("gradients")
+            out.host_terms["16-bit parameter partition"] = part * p_b
+            out.host_terms["pinned gradient staging (largest tensor)"] = layout.largest_tensor * p_b
+        out.step_terms = {}
     if setup.offload_param != "none" and stage == 3:
-        out.host += out.params
-        out.explain.append(f"offload_param={setup.offload_param}: the parameter partition lives in host RAM")
-        out.params = 0
+        out.host_terms["parameter partition"] = out.terms.pop("parameters")
+    out.params = out.terms.get("parameters", 0)
+    out.grads = out.terms.get("gradients", 0)
+    out.optimizer = out.terms.get("fp32 master weights", 0) + out.terms.get("optimizer moments", 0)
+    out.step_transient = sum(out.step_terms.values())
+    out.host = sum(out.host_terms.values())
+    where = {0: "every rank holds everything", 1: "optimizer states partitioned", 2: "optimizer states and "
+             "gradients partitioned", 3: "parameters, gradients and optimizer states partitioned"}[stage]
+    out.explain.insert(0, f"ZeRO-{stage} over DP={n} ({where}): " + ", ".join(
+        f"{name} {value:,} B" for name, value in out.terms.items()))
+    if out.step_terms:
+        out.explain.append("during the step: " + ", ".join(f"{k} {v:,} B" for k, v in out.step_terms.items()))
+    if out.host_terms:
+        out.explain.append(f"offload_optimizer={setup.offload_optimizer}: in host RAM " + ", ".join(
+            f"{k} {v:,} B" for k, v in out.host_terms.items()))
     return out
 
 
-def model_states(setup: Setup, inv: Inventory) -> States:
+def model_states(setup: Setup, inv: Inventory, dp_rank: int | None = None) -> States:
     if setup.framework == "megatron":
         return megatron_states(setup, inv)
-    return zero_states(setup, inv)
+    return zero_states(setup, inv, dp_rank)

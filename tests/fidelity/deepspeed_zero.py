@@ -1,0 +1,134 @@
+"""guard's ZeRO model states against DeepSpeed itself: 1, 2 and 4 CPU ranks, stages 0-3, bf16/fp32, offload.
+
+The probe (deepspeed_zero_probe.py) sorts every live tensor storage of each rank into parameters, gradients,
+fp32 master weights, optimizer moments and the rest; this module asks guard about the same model (an HF
+GPT-2 config) and the same DeepSpeed config, rank by rank, and pairs each measured component with the
+guard terms that price it. Two things are left out of both sides, by name: the Adam `step` counters (one
+4-byte tensor per parameter tensor, kept on the host by torch under CUDA too) and 0-d scalars (norms, flags).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from guard.memory.estimate import estimate_stage
+from guard.memory.from_deepspeed import setup_from_config
+from guard.memory.hf_config import from_dict
+from guard.memory.params import rank_inventory
+from guard.memory.states import zero_states
+from tests.fidelity.rows import Row
+
+PROBE = Path(__file__).with_name("deepspeed_zero_probe.py")
+MODEL = {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "vocab_size": 1000, "n_positions": 64}
+SEQ, MICRO_BATCH = MODEL["n_positions"], 2
+BUCKETS = dict(reduce_bucket=50_000, prefetch_bucket=20_000, persistence_threshold=0, max_live=100_000)
+WORLD_SIZES = (1, 2, 4)
+SCALAR_BYTES = 8  # 0-d tensors: norms (float64), loss scale, overflow flags
+
+
+def cases(world: int) -> dict[str, dict]:
+    out = {}
+    for stage in range(4):
+        for dtype in ("bf16", "fp32"):
+            for offload in ("none", "cpu"):
+                if stage == 0 and offload != "none":  # offload needs ZeRO >= 1
+                    continue
+                out[f"zero{stage}-{dtype}-offload_{offload}"] = dict(stage=stage, dtype=dtype, offload=offload,
+                                                                    micro_batch=MICRO_BATCH, **BUCKETS)
+    return out
+
+
+def measure(world: int, workdir: Path) -> list[dict]:
+    """Run the probe on `world` CPU ranks; one dict per rank: case name -> measurements."""
+    out = workdir / f"world{world}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cases.json").write_text(json.dumps({"model": MODEL, "cases": cases(world)}))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+                           "--master-port", str(29650 + world), str(PROBE), str(out / "cases.json"), str(out)],
+                          capture_output=True, text=True, timeout=900, env=env, cwd=out)
+    if proc.returncode:
+        raise RuntimeError(f"deepspeed probe on {world} ranks failed:\n{proc.stderr[-3000:]}")
+    return [json.loads((out / f"{rank}.json").read_text()) for rank in range(world)]
+
+
+def ds_config(case: dict) -> dict:
+    """The DeepSpeed config the probe used (same keys), as guard reads it."""
+    zero = {"stage": case["stage"], "reduce_bucket_size": case["reduce_bucket"],
+            "allgather_bucket_size": case["reduce_bucket"], "stage3_prefetch_bucket_size": case["prefetch_bucket"],
+            "stage3_param_persistence_threshold": case["persistence_threshold"],
+            "stage3_max_live_parameters": case["max_live"]}
+    if case["offload"] != "none":
+        zero["offload_optimizer"] = {"device": case["offload"]}
+    return {"train_micro_batch_size_per_gpu": case["micro_batch"], "zero_optimization": zero,
+            "bf16": {"enabled": case["dtype"] == "bf16"}}
+
+
+def _sum_items(items: dict[str, int], component: str, keep) -> int:
+    """Bytes of the storages of `component` whose (dtype, bytes) pass `keep`."""
+    total = 0
+    for label, count in items.items():
+        name, dtype, nbytes = label.split()
+        if name == component and keep(dtype, int(nbytes)):
+            total += int(nbytes) * count
+    return total
+
+
+def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> list[Row]:
+    arch = from_dict(MODEL, "gpt2-tiny")
+    setup = setup_from_config(ds_config(case), "probe", arch, world, SEQ, MICRO_BATCH, None, False, world)
+    states = zero_states(setup, rank_inventory(setup, setup.chunks[0]), dp_rank=rank)
+    buffers = estimate_stage(setup, 0).terms["buffers"]
+    device, host, step = states.terms, states.host_terms, states.step_terms
+    label = f"{world} rank{'s' if world > 1 else ''} / rank {rank} / {case_name}"
+    psi = seen["psi"]
+    ab = seen["after_backward"]
+    not_scalar = lambda dtype, nbytes: nbytes > SCALAR_BYTES  # noqa: E731
+    moments = lambda m: _sum_items(m["items"], "moments", not_scalar)  # noqa: E731
+    batch = MICRO_BATCH * SEQ * 8  # the int64 token ids the step was fed
+    other = _sum_items(ab["items"], "other", not_scalar) - batch
+    # buffers alive at the end of backward: stage 3's reduce bucket, and the offload staging buffers
+    # (stage 1-2's reduce bucket lives only during the backward, so it is not in this comparison)
+    named = {k: v for k, v in buffers.items() if k in ("ZeRO-3 reduce bucket", "offload gradient staging "
+                                                                                "(largest tensor)")}
+    named.update({k: v for k, v in host.items() if k in ("16-bit parameter partition",
+                                                         "pinned gradient staging (largest tensor)")})
+    grads_pred = device.get("gradients", 0) + host.get("gradient partition", 0) + host.get(
+        "fp32 gradient partition", 0)
+    master_pred = device.get("fp32 master weights", 0) + host.get("fp32 master weights", 0)
+    moments_pred = device.get("optimizer moments", 0) + host.get("optimizer moments", 0)
+    params_pred = device.get("parameters", 0) + host.get("parameter partition", 0)
+    note = f"psi {psi:,}"
+    out = [
+        Row(label, "parameters (end of backward)", params_pred, ab["params"], note=note),
+        Row(label, "gradients (end of backward)", grads_pred, ab["grads"],
+            note="stages 1-2: every tensor touching the rank's slice, whole" if case["stage"] in (1, 2) else ""),
+        Row(label, "fp32 master weights", master_pred, ab["master"]),
+        Row(label, "optimizer moments", moments_pred, moments(ab), note="Adam step counters left out"),
+        Row(label, "buffers (end of backward)", sum(named.values()), other,
+            note=", ".join(named) or "none expected"),
+        Row(label, "parameters (after step)", params_pred, seen["after_step"]["params"]),
+        Row(label, "optimizer moments (after step)", moments_pred, moments(seen["after_step"])),
+    ]
+    # what the step hands the inner optimizer: fp32 copies of the gradients (16-bit models; stage 3 always;
+    # stages 1-2 flatten fp32 gradients into a new tensor). Offload keeps them persistently instead.
+    if not host:
+        handed = step.get("fp32 gradient copy", 0) + step.get("fp32 gradient copies", 0)
+        if case["dtype"] == "fp32" and case["stage"] in (1, 2):
+            handed += step.get("flattened gradient partition", 0)
+        out.append(Row(label, "gradient copies made for the step", handed, seen["in_step"]["new_grads"]))
+    return out
+
+
+def collect(workdir: Path, world_sizes=WORLD_SIZES) -> list[Row]:
+    rows: list[Row] = []
+    for world in world_sizes:
+        per_rank = measure(world, workdir)
+        for rank, measured in enumerate(per_rank):
+            for name, seen in measured.items():
+                rows += rows_for(name, seen["case"], world, rank, seen)
+    return rows
