@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fidelity.megatron_params import CASES, collect
-from fidelity.rows import failures
+from tests.fidelity.megatron_params import CASES, collect
+from tests.fidelity.rows import failures
 
 pytestmark = [pytest.mark.fidelity]
 pytest.importorskip("megatron.core")

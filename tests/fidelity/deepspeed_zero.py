@@ -68,12 +68,12 @@ def ds_config(case: dict) -> dict:
             "bf16": {"enabled": case["dtype"] == "bf16"}}
 
 
-def _sum_items(items: dict[str, int], component: str, keep) -> int:
-    """Bytes of the storages of `component` whose (dtype, bytes) pass `keep`."""
+def non_scalar_bytes(moment: dict, component: str) -> int:
+    """Bytes of `component`'s storages larger than a scalar (Adam's step counters and norms left out)."""
     total = 0
-    for label, count in items.items():
-        name, dtype, nbytes = label.split()
-        if name == component and keep(dtype, int(nbytes)):
+    for label, count in moment["items"].items():
+        name, _dtype, nbytes = label.split()
+        if name == component and int(nbytes) > SCALAR_BYTES:
             total += int(nbytes) * count
     return total
 
@@ -87,10 +87,8 @@ def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> l
     label = f"{world} rank{'s' if world > 1 else ''} / rank {rank} / {case_name}"
     psi = seen["psi"]
     ab = seen["after_backward"]
-    not_scalar = lambda dtype, nbytes: nbytes > SCALAR_BYTES  # noqa: E731
-    moments = lambda m: _sum_items(m["items"], "moments", not_scalar)  # noqa: E731
     batch = MICRO_BATCH * SEQ * 8  # the int64 token ids the step was fed
-    other = _sum_items(ab["items"], "other", not_scalar) - batch
+    other = non_scalar_bytes(ab, "other") - batch
     # buffers alive at the end of backward: stage 3's reduce bucket, and the offload staging buffers
     # (stage 1-2's reduce bucket lives only during the backward, so it is not in this comparison)
     named = {k: v for k, v in buffers.items() if k in ("ZeRO-3 reduce bucket", "offload gradient staging "
@@ -108,11 +106,12 @@ def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> l
         Row(label, "gradients (end of backward)", grads_pred, ab["grads"],
             note="stages 1-2: every tensor touching the rank's slice, whole" if case["stage"] in (1, 2) else ""),
         Row(label, "fp32 master weights", master_pred, ab["master"]),
-        Row(label, "optimizer moments", moments_pred, moments(ab), note="Adam step counters left out"),
+        Row(label, "optimizer moments", moments_pred, non_scalar_bytes(ab, "moments"),
+            note="Adam step counters left out"),
         Row(label, "buffers (end of backward)", sum(named.values()), other,
             note=", ".join(named) or "none expected"),
         Row(label, "parameters (after step)", params_pred, seen["after_step"]["params"]),
-        Row(label, "optimizer moments (after step)", moments_pred, moments(seen["after_step"])),
+        Row(label, "optimizer moments (after step)", moments_pred, non_scalar_bytes(seen["after_step"], "moments")),
     ]
     # what the step hands the inner optimizer: fp32 copies of the gradients (16-bit models; stage 3 always;
     # stages 1-2 flatten fp32 gradients into a new tensor). Offload keeps them persistently instead.

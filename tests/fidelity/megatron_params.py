@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fidelity.rows import Row
+from tests.fidelity.rows import Row
 
 from guard.megatron.from_script import job_from_argv
 from guard.memory.estimate import estimate
