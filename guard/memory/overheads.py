@@ -82,9 +82,12 @@ def buffers(setup: Setup, rank_params: int, largest_layer_params: int, replicate
         return out, step
     stage = setup.zero_stage
     if stage in (1, 2):
-        out["ZeRO reduce bucket"] = zero_bucket(setup, "reduce_bucket_size") * p_b
+        bucket = zero_bucket(setup, "reduce_bucket_size")
+        largest = max((max(g) for g in setup.param_groups or [] if g), default=setup.vocab * setup.arch.hidden)
+        out["ZeRO reduce bucket"] = bucket * p_b
+        if largest > bucket:  # a gradient larger than the bucket is reduced on its own, beside the bucket
+            out["gradient larger than the reduce bucket"] = largest * p_b
         if setup.offload_optimizer != "none":  # temp_grad_buffer_for_gpu_offload: the largest tensor's gradient
-            largest = max((max(g) for g in setup.param_groups or [] if g), default=setup.vocab * setup.arch.hidden)
             out["offload gradient staging (largest tensor)"] = largest * p_b
         step["ZeRO all-gather bucket"] = min(zero_bucket(setup, "allgather_bucket_size"), rank_params) * p_b
     if stage == 3:

@@ -32,9 +32,10 @@ SCALAR_BYTES = 8  # 0-d tensors: norms (float64), loss scale, overflow flags
 
 def cases(world: int) -> dict[str, dict]:
     out = {}
-    for stage in range(4):
-        for dtype in ("bf16", "fp32"):
-            for offload in ("none", "cpu"):
+    # offload engines run last: their host-side copies must not overlap the census of a case without offload
+    for offload in ("none", "cpu"):
+        for stage in range(4):
+            for dtype in ("bf16", "fp32"):
                 if stage == 0 and offload != "none":  # offload needs ZeRO >= 1
                     continue
                 out[f"zero{stage}-{dtype}-offload_{offload}"] = dict(stage=stage, dtype=dtype, offload=offload,
