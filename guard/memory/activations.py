@@ -108,13 +108,18 @@ def chunk_stored(setup: Setup, layers: tuple[int, ...]) -> tuple[float, float]:
 def logits_bytes(setup: Setup) -> tuple[float, float]:
     """(stored, transient) bytes of the output layer and loss for one microbatch on the last stage.
 
+    The final norm keeps its input and statistics; the output layer keeps its input (the norm's output).
     Megatron's vocab-parallel cross entropy upcasts the logits to fp32 and keeps the fp32 softmax for
     backward; the fused loss keeps 16-bit logits only. Eager transformers also keep the returned logits.
     """
     s = setup.seq_length / setup.cp
     rows = s * setup.micro_batch * setup.vocab / setup.tp
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    h_in = act * s * setup.micro_batch * setup.arch.hidden / (setup.tp if setup.sequence_parallel else 1)
+    rep = setup.tp if setup.sequence_parallel else 1
+    h_in = act * s * setup.micro_batch * setup.arch.hidden / rep
+    # the final norm keeps its input and fp32 statistics, like a layer's norms (seen on megatron-core's last stage)
+    h_in += act * s * setup.micro_batch * setup.arch.hidden / rep + \
+        (8 if setup.arch.norm == "layernorm" else 4) * s * setup.micro_batch / rep
     if setup.fused_cross_entropy:
         return h_in + act * rows, 0.0
     stored = h_in + 4 * rows + (act * rows if setup.eager else 0)
