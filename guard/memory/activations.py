@@ -4,6 +4,10 @@ Accounting as in the paper: 16-bit activations, 1-byte dropout masks, every term
 Generalised to GQA (K/V at query_groups), SwiGLU (fc1 emits 2F), RMSNorm, flash attention (no s^2 term,
 fp32 softmax statistics instead), sequence parallel (the "10" part / t), context parallel (s / cp), MoE
 (dispatched tokens x expert FFN / expert-TP), dropout masks only when dropout > 0, and recompute.
+The kernel path is a Setup choice, not a constant: unfused attention (megatron's local
+DotProductAttention: Q, K, V are views of one QKV output), the softmax and mask dtypes, the norm kernels
+(fused, or torch's CPU kernels) and RoPE (fused, or megatron's unfused cos/sin copies). Measured against
+megatron-core 0.16.1 on CPU in tests/fidelity/megatron_activations.py (docs/fidelity_activations.md).
 """
 
 from __future__ import annotations
@@ -22,19 +26,14 @@ def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, f
     rep = t if setup.sequence_parallel else 1  # sequence parallel shards the otherwise replicated part
     sb = s * b
     drop = set(setup.recompute_modules) if (recompute and setup.recompute == "selective") else set()
-    terms: dict[str, float] = {}
-    stats = 8 if arch.norm == "layernorm" else 4  # fp32 mean+rstd, or rstd alone
-    terms["norm inputs"] = arch.norms_per_layer * act * sb * h / rep
-    terms["norm statistics"] = arch.norms_per_layer * stats * sb / rep
-    if setup.eager and arch.norm == "rmsnorm":  # transformers' RMSNorm upcasts: autograd keeps the fp32 input
-        terms["norm fp32 copies (eager)"] = arch.norms_per_layer * 2 * act * sb * h
+    terms = _norm_terms(setup, act, sb / rep, "layernorm" in drop)
     if "layernorm" not in drop:
         terms["QKV input (norm output)"] = act * sb * h / rep
-    q, kv = arch.query_size, arch.kv_size
-    expanded_kv = setup.attention == "unfused" or setup.eager  # GQA K/V repeated to every head
-    kv_saved = q if (expanded_kv and kv < q) else kv
-    terms["Q"] = act * sb * q / t
-    terms["K, V"] = 2 * act * sb * kv_saved / t
+    terms.update(_qkv_terms(setup, act, sb, "core_attn" in drop))
+    if arch.position_embedding == "rope" and setup.rope_kernel == "unfused":
+        # megatron's _apply_rotary_pos_emb_bshd: cos(freqs) and sin(freqs) cast to the activation dtype,
+        # [s, 1, 1, d], kept by the multiplies, once for Q and once for K
+        terms["RoPE cos/sin copies (unfused)"] = 4 * act * s * arch.kv_channels
     heads = arch.heads / t
     if "core_attn" not in drop:
         if setup.attention == "unfused":
@@ -46,7 +45,7 @@ def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, f
                 terms["softmax output, 16-bit copy"] = act * heads * s * s * b
         else:
             terms["softmax statistics (fp32)"] = 4 * heads * sb
-    terms["attention output (projection input)"] = act * sb * q / t
+    terms["attention output (projection input)"] = act * sb * arch.query_size / t
     if arch.hidden_dropout > 0:
         terms["dropout masks"] = 2 * setup.mask_bytes * sb * h / rep
     if arch.norms_per_layer > 1 and "layernorm" not in drop:
@@ -56,19 +55,80 @@ def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, f
         if "mlp" not in drop:
             terms.update(_mlp_terms(act, sb, arch.ffn_hidden, glu, t, setup.eager, "MLP"))
         return terms
-    e = arch.num_experts or 1
-    terms["router logits (fp32)"] = 4 * sb * e / rep
-    if "moe" in drop:
-        return terms
-    tokens = sb / rep * arch.moe_topk * setup.etp  # dispatched tokens on this rank, balanced routing
+    if "moe" not in drop:  # the MoE checkpoint keeps only its input (the MLP input above)
+        terms.update(_moe_terms(setup, act, sb, rep, glu, drop))
+    return terms
+
+
+def _norm_terms(setup: Setup, act: int, tokens: float, recomputed: bool) -> dict[str, float]:
+    """What the layer's norms keep: the input and statistics, by kernel path."""
+    arch = setup.arch
+    n, h = arch.norms_per_layer, arch.hidden
+    if recomputed:  # "layernorm" recompute: the checkpoint keeps the input; the norm runs again in backward
+        return {"norm inputs (checkpointed)": n * act * tokens * h}
+    if setup.eager and arch.norm == "rmsnorm":  # transformers' RMSNorm upcasts: autograd keeps the fp32 input
+        return {"norm inputs": n * act * tokens * h, "norm statistics": n * 4 * tokens,
+                "norm fp32 copies (eager)": n * 2 * act * tokens * h}
+    if setup.norm_kernel == "torch_cpu" and arch.norm == "rmsnorm":
+        # torch's composite rms_norm: x.float() * rsqrt(mean(x^2) + eps) * weight, all in fp32
+        return {"norm input, fp32 upcast (composite RMSNorm)": n * 4 * tokens * h,
+                "norm statistics (fp32 rstd)": n * 4 * tokens,
+                "normalized fp32 (weight multiply input)": n * 4 * tokens * h}
+    if setup.norm_kernel == "torch_cpu":  # torch's CPU layer_norm keeps mean and rstd in the input dtype
+        return {"norm inputs": n * act * tokens * h, "norm statistics": n * 2 * act * tokens}
+    stats = 8 if arch.norm == "layernorm" else 4  # fp32 mean+rstd, or rstd alone
+    return {"norm inputs": n * act * tokens * h, "norm statistics": n * stats * tokens}
+
+
+def _qkv_terms(setup: Setup, act: int, sb: float, core_recomputed: bool) -> dict[str, float]:
+    """Q, K and V as the attention core (or its checkpoint) keeps them."""
+    arch, t = setup.arch, setup.tp
+    q, kv = arch.query_size, arch.kv_size
+    expanded_kv = setup.attention == "unfused" or setup.eager  # GQA K/V repeated to every head
+    if setup.attention != "unfused" or setup.eager:
+        # flash/fused kernels take contiguous Q, K, V; transformers projects them separately
+        kv_saved = q if (expanded_kv and kv < q) else kv
+        return {"Q": act * sb * q / t, "K, V": 2 * act * sb * kv_saved / t}
+    # megatron's local attention: Q, K, V are views of one QKV output. RoPE makes new Q and K; with grouped
+    # heads the core repeats K and V to every head and its reshape copies Q (the QKV layout interleaves K
+    # and V between query groups); a core_attn checkpoint keeps them as they came. Any tensor still a view
+    # keeps the whole QKV output alive.
+    rotated = arch.position_embedding == "rope"
+    grouped = kv < q and not core_recomputed
+    terms: dict[str, float] = {}
+    if rotated or grouped:
+        terms["Q (rotated/copied)"] = act * sb * q / t
+        terms["K (rotated/repeated)"] = act * sb * (q if grouped else kv) / t
+    if grouped:
+        terms["V (repeated)"] = act * sb * q / t
+    else:
+        terms["QKV output (kept by a view)"] = act * sb * (q + 2 * kv) / t
+    return terms
+
+
+def _moe_terms(setup: Setup, act: int, sb: float, rep: int, glu: int, drop: set[str]) -> dict[str, float]:
+    """The router and the routed experts, megatron-core 0.16.1's unfused permute (no drop, balanced routing).
+
+    The experts apply the routing probabilities inside their activation (weighted SwiGLU), so unpermute
+    keeps nothing; the router keeps fp32 scores for the load-balancing loss, the top-k indices and their
+    fp32 softmax, the routing map (bool) and probabilities by expert, and the permutation's indices.
+    """
+    arch = setup.arch
+    e, k, h = arch.num_experts or 1, arch.moe_topk, arch.hidden
+    tokens = sb / rep  # the router sees this rank's (sequence-parallel) tokens
+    terms = {"router scores (fp32, load-balancing loss)": 4 * tokens * e,
+             "top-k indices (int64) and fp32 probabilities": (8 + 4) * tokens * k,
+             "routing map (bool) and probabilities by expert": (1 + act) * tokens * e,
+             "permutation indices (int64)": 8 * tokens * k}
+    dispatched = tokens * k * setup.etp  # dispatched tokens on this rank
     ffn = arch.moe_ffn_hidden or arch.ffn_hidden
-    terms["permuted tokens (expert input)"] = act * tokens * h
-    terms["expert fc1 output"] = act * tokens * ffn * glu / setup.etp
+    terms["permuted tokens (expert input)"] = act * dispatched * h
+    terms["permuted probabilities"] = act * dispatched
+    terms["expert fc1 output"] = act * dispatched * ffn * glu / setup.etp
     if "moe_act" not in drop:
-        terms["expert activation output"] = act * tokens * ffn / setup.etp
-    terms["expert output (unpermute input)"] = act * tokens * h
+        terms["expert activation output"] = act * dispatched * ffn / setup.etp
     if arch.shared_expert_ffn and "shared_experts" not in drop:
-        terms.update(_mlp_terms(act, sb, arch.shared_expert_ffn, glu, t, False, "shared expert"))
+        terms.update(_mlp_terms(act, sb, arch.shared_expert_ffn, glu, setup.tp, False, "shared expert"))
     return terms
 
 

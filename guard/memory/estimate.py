@@ -86,28 +86,32 @@ def estimate_stage(setup: Setup, r: int) -> StageEstimate:
     inv = rank_inventory(setup, chunks)
     states = model_states(setup, inv)
     m, p = setup.num_microbatches, setup.pp
-    sizes, sizes_with_embedding, working = [], [], 0.0
+    logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
+    # per chunk, one microbatch: the layers; + the embedding edge; + the loss edge (final norm, head, loss),
+    # which the loss chunk keeps for every microbatch in flight there (interleaving can hold two)
+    sizes, with_embedding, with_edges, working = [], [], [], 0.0
     for chunk in chunks:
         stored, recompute_ws = acts.chunk_stored(setup, chunk.layers)
         sizes.append(stored)
-        sizes_with_embedding.append(stored + (acts.embedding_bytes(setup) if chunk.embedding else 0.0))
+        with_embedding.append(stored + (acts.embedding_bytes(setup) if chunk.embedding else 0.0))
+        with_edges.append(with_embedding[-1] + (logits_stored if chunk.loss else 0.0))
         working = max(working, recompute_ws)
     if setup.ds_pipeline and p > 1:
         live, pipe_buffers = schedule.deepspeed_in_flight(p, r, m)
-        stash, stash_all, inflight = sizes[0] * live, sizes_with_embedding[0] * live, live
+        stash, stash_all, stash_edges, inflight = sizes[0] * live, with_embedding[0] * live, with_edges[0] * live, live
     else:
         pipe_buffers = 2
         stash, inflight = schedule.peak_stash(sizes, p, r, m, setup.microbatch_group)
-        stash_all, _ = schedule.peak_stash(sizes_with_embedding, p, r, m, setup.microbatch_group)
+        stash_all, _ = schedule.peak_stash(with_embedding, p, r, m, setup.microbatch_group)
+        stash_edges, _ = schedule.peak_stash(with_edges, p, r, m, setup.microbatch_group)
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
     grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
-    logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     backward = working + grad_temps
     largest_layer = _largest_layer_params(setup, all_layers)
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
-    fwd = static + stash_all + logits_stored + max(logits_transient, backward)
+    fwd = static + stash_edges + max(logits_transient, backward)
     step = static + states.step_transient + sum(step_buf.values())
     in_step = step > fwd
     allocated = max(fwd, step)
@@ -117,7 +121,7 @@ def estimate_stage(setup: Setup, r: int) -> StageEstimate:
         "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
         "activations": 0 if in_step else round(stash),
         "embedding_activations": 0 if in_step else round(stash_all - stash),
-        "logits": 0 if in_step else round(logits_stored),
+        "logits": 0 if in_step else round(stash_edges - stash_all),
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
     terms = {"buffers": buf, "runtime": runtime, "optimizer step": {**step_buf, "fp32 gradient partition /"

@@ -3,8 +3,9 @@
 Megatron 1F1B (schedules.py, forward_backward_pipelining_without_interleaving): rank r runs
 min(p - r - 1, m) warm-up forwards, then one forward per backward, so it holds min(p - r, m).
 Interleaved (get_pp_rank_microbatches): warm-up 2(p - r - 1) + (v - 1)G virtual microbatches, capped at
-m*v; the peak is min(m*v, warm-up + 1) chunks. Chunks are visited in groups of G microbatches, so with
-unequal chunks the stash is simulated chunk by chunk rather than multiplied.
+m*v; the peak is min(m*v, warm-up + 1) chunks. Chunks are visited in groups of G microbatches (the last
+group takes the remainder), so with unequal chunks the stash is replayed chunk by chunk, not multiplied.
+Checked against megatron-core 0.16.1 run on CPU (tests/fidelity/megatron_stash.py).
 DeepSpeed's pipeline engine (TrainSchedule): min(stages - id, m) microbatches in flight, in
 max(2, min(stages - id, m)) pipe buffers.
 """
@@ -24,34 +25,47 @@ def in_flight(p: int, r: int, m: int, v: int = 1, group: int | None = None) -> i
     return min(warmup(p, r, m, v, group) + 1, m * v)
 
 
-def forward_chunk(k: int, v: int, group: int) -> int:
-    """Model chunk of the k-th forward virtual microbatch (Megatron's get_model_chunk_id)."""
-    return (k % (group * v)) // group
+def forward_chunk(k: int, m: int, v: int, group: int) -> int:
+    """Model chunk of the k-th forward virtual microbatch (Megatron's get_schedule_table).
+
+    Microbatches go through every chunk in groups of G; the last group takes the remainder (G to 2G - 1
+    microbatches, megatron-core refuses a remainder smaller than p), so its chunks change every m - L steps.
+    """
+    last = group * max(0, -(-(m - group) // group))  # first microbatch of the last group
+    if k < last * v:
+        return (k % (group * v)) // group
+    return (k - last * v) // (m - last)
+
+
+def order(p: int, r: int, m: int, v: int = 1, group: int | None = None) -> list[tuple[str, int]]:
+    """("F" or "B", model chunk) of every forward and backward rank r runs, in order.
+
+    Warm-up forwards, then one forward and one backward in turn, then the cool-down backwards; the k-th
+    backward runs the chunks in reverse (chunk v - 1 - c of the k-th forward).
+    """
+    g = group or p
+    total, n_warm = m * v, warmup(p, r, m, v, g)
+    steps = [("F", k) for k in range(n_warm)]
+    for i in range(total - n_warm):
+        steps += [("F", n_warm + i), ("B", i)]
+    steps += [("B", k) for k in range(total - n_warm, total)]
+    return [(kind, forward_chunk(k, m, v, g) if kind == "F" else v - 1 - forward_chunk(k, m, v, g))
+            for kind, k in steps]
 
 
 def peak_stash(chunk_sizes: list[float], p: int, r: int, m: int, group: int | None = None) -> tuple[float, int]:
     """(peak stashed bytes, virtual microbatches in flight at that peak) for rank r.
 
-    chunk_sizes[c]: bytes one microbatch leaves stashed in chunk c. Backward visits chunks in reverse.
+    chunk_sizes[c]: bytes one microbatch leaves stashed in chunk c; the schedule's order is replayed.
     """
     v = len(chunk_sizes)
-    g = group or p
-    total = m * v
     if v == 1:
         n = in_flight(p, r, m)
         return chunk_sizes[0] * n, n
-    n_warm = warmup(p, r, m, v, g)
     held, count, peak, peak_count = 0.0, 0, 0.0, 0
-    fwd = bwd = 0
-    while bwd < total:
-        if fwd < total and (fwd < n_warm or fwd - bwd <= n_warm):
-            held += chunk_sizes[forward_chunk(fwd, v, g)]
-            count += 1
-            fwd += 1
-        else:
-            held -= chunk_sizes[v - 1 - forward_chunk(bwd, v, g)]
-            count -= 1
-            bwd += 1
+    for kind, chunk in order(p, r, m, v, group):
+        sign = 1 if kind == "F" else -1
+        held, count = held + sign * chunk_sizes[chunk], count + sign
         if held > peak:
             peak, peak_count = held, count
     return peak, peak_count

@@ -72,9 +72,13 @@ class Setup:
     recompute_modules: tuple[str, ...] = ("core_attn",)
     distribute_saved_activations: bool = False
     attention: str = "flash"  # flash (flash/fused/cuDNN: no s^2 term) | unfused
-    eager: bool = False  # eager PyTorch ops (transformers models; Megatron's CPU path): unfused norms, rotary
+    eager: bool = False  # eager PyTorch ops (transformers models): unfused norms, rotary, SwiGLU
     mask_bytes: int = 1  # dropout masks: CUDA's fused dropout keeps 1 byte; the CPU path keeps the activation dtype
     softmax_bytes: int | None = None  # unfused attention probabilities (None: the activation dtype; fp32 on CPU)
+    # norms: fused (TE, Apex, torch on CUDA: the input and fp32 statistics) | torch_cpu (torch's CPU kernels:
+    # LayerNorm keeps its statistics in the activation dtype, RMSNorm runs composite and keeps fp32 copies)
+    norm_kernel: str = "fused"
+    rope_kernel: str = "fused"  # fused (no per-layer copies) | unfused (cos and sin cast copies for Q and for K)
     fused_cross_entropy: bool = False
     checkpoint_partition: bool = False  # DeepSpeed activation checkpointing: partition_activations
     checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing

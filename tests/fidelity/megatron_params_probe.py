@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the checkout's root
+from tests.fidelity.launch import run_by_world  # noqa: E402
 
 BUCKETS = ("embedding", "head", "expert", "tp_sharded", "tp_replicated")
 
@@ -148,30 +150,9 @@ def _worker(rank: int, world: int, port: int, cases: dict, out_dir: str) -> None
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run(cases: dict) -> dict[str, list[dict]]:
     """Every case, one launch per world size; name -> per-rank records in rank order."""
-    import megatron.core.models.gpt  # noqa: F401  imported once here, inherited by the forked ranks
-    import torch.multiprocessing as mp
-
-    by_world: dict[int, dict] = {}
-    for name, case in cases.items():
-        by_world.setdefault(case["world"], {})[name] = case
-    results: dict[str, list[dict]] = {name: [] for name in cases}
-    for world, group in sorted(by_world.items()):
-        with tempfile.TemporaryDirectory() as tmp:
-            mp.start_processes(_worker, args=(world, _free_port(), group, tmp), nprocs=world, join=True,
-                               start_method="fork")
-            for rank in range(world):
-                with open(os.path.join(tmp, f"{rank}.json")) as handle:
-                    for name, record in json.load(handle).items():
-                        results[name].append(record)
-    return results
+    return run_by_world(_worker, cases, lambda case: case["world"])
 
 
 if __name__ == "__main__":
