@@ -26,7 +26,7 @@ def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, f
     rep = t if setup.sequence_parallel else 1  # sequence parallel shards the otherwise replicated part
     sb = s * b
     drop = set(setup.recompute_modules) if (recompute and setup.recompute == "selective") else set()
-    terms = _norm_terms(setup, act, sb / rep, "layernorm" in drop)
+    terms = _norm_terms(setup, act, sb / rep, "layernorm" in drop, arch.norms_per_layer)
     if "layernorm" not in drop:
         terms["QKV input (norm output)"] = act * sb * h / rep
     terms.update(_qkv_terms(setup, act, sb, "core_attn" in drop))
@@ -60,10 +60,10 @@ def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, f
     return terms
 
 
-def _norm_terms(setup: Setup, act: int, tokens: float, recomputed: bool) -> dict[str, float]:
-    """What the layer's norms keep: the input and statistics, by kernel path."""
+def _norm_terms(setup: Setup, act: int, tokens: float, recomputed: bool, n: int) -> dict[str, float]:
+    """What n norms keep: the input and statistics, by kernel path."""
     arch = setup.arch
-    n, h = arch.norms_per_layer, arch.hidden
+    h = arch.hidden
     if recomputed:  # "layernorm" recompute: the checkpoint keeps the input; the norm runs again in backward
         return {"norm inputs (checkpointed)": n * act * tokens * h}
     if setup.eager and arch.norm == "rmsnorm":  # transformers' RMSNorm upcasts: autograd keeps the fp32 input
@@ -175,11 +175,9 @@ def logits_bytes(setup: Setup) -> tuple[float, float]:
     s = setup.seq_length / setup.cp
     rows = s * setup.micro_batch * setup.vocab / setup.tp
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    rep = setup.tp if setup.sequence_parallel else 1
-    h_in = act * s * setup.micro_batch * setup.arch.hidden / rep
-    # the final norm keeps its input and fp32 statistics, like a layer's norms (seen on megatron-core's last stage)
-    h_in += act * s * setup.micro_batch * setup.arch.hidden / rep + \
-        (8 if setup.arch.norm == "layernorm" else 4) * s * setup.micro_batch / rep
+    tokens = s * setup.micro_batch / (setup.tp if setup.sequence_parallel else 1)
+    # the final norm keeps what a layer's norm keeps (seen on megatron-core's last stage), then its output
+    h_in = sum(_norm_terms(setup, act, tokens, False, 1).values()) + act * tokens * setup.arch.hidden
     if setup.fused_cross_entropy:
         return h_in + act * rows, 0.0
     stored = h_in + 4 * rows + (act * rows if setup.eager else 0)

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from guard.memory.setup import DTYPE_BYTES, Setup
+from guard.memory.zero_layout import largest_tensor
 
 MIB = 1 << 20
 
@@ -83,7 +84,7 @@ def buffers(setup: Setup, rank_params: int, largest_layer_params: int, replicate
     stage = setup.zero_stage
     if stage in (1, 2):
         bucket = zero_bucket(setup, "reduce_bucket_size")
-        largest = max((max(g) for g in setup.param_groups or [] if g), default=setup.vocab * setup.arch.hidden)
+        largest = largest_tensor(setup)
         out["ZeRO reduce bucket"] = bucket * p_b
         if largest > bucket:  # a gradient larger than the bucket is reduced on its own, beside the bucket
             out["gradient larger than the reduce bucket"] = largest * p_b

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from guard.memory.params import Inventory
 from guard.memory.setup import DTYPE_BYTES, Setup
-from guard.memory.zero_layout import layout_for
+from guard.memory.zero_layout import largest_tensor, layout_for
 
 
 @dataclass
@@ -110,7 +110,7 @@ def zero_states(setup: Setup, inv: Inventory, dp_rank: int | None = None) -> Sta
         elif stage:
             out.terms.pop("gradients")
             out.host_terms["16-bit parameter partition"] = part * p_b
-            out.host_terms["pinned gradient staging (largest tensor)"] = layout.largest_tensor * p_b
+            out.host_terms["pinned gradient staging (largest tensor)"] = largest_tensor(setup) * p_b
         out.step_terms = {}
     if setup.offload_param != "none" and stage == 3:
         out.host_terms["parameter partition"] = out.terms.pop("parameters")

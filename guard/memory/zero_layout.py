@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from guard.memory.architecture import Architecture
+from guard.memory.setup import Setup
 
 
 def hf_tensors(arch: Architecture) -> list[tuple[str, int]] | None:
@@ -81,7 +82,6 @@ class ZeroLayout:
     partition: int  # a rank's slice of the optimizer states (equal on every rank)
     grad_buffers: list[int]  # per DP rank: stages 1-2 the whole tensors touching its slice; stage 3 its partition
     padding: int  # elements added for alignment (flat padding, or per-tensor rounding under stage 3)
-    largest_tensor: int
     largest_group_partition: int  # stage 3 sizes its fp32 gradient buffer for the largest (sub) group
 
 
@@ -111,7 +111,7 @@ def zero_layout(groups: list[list[int]], dp: int, stage: int) -> ZeroLayout:
                 for rank in range(start // part, min(dp - 1, (start + n - 1) // part) + 1):
                     grads[rank] += n
             start += n
-    return ZeroLayout(flat, part_total, grads, padding, max((max(g) for g in groups if g), default=0), largest_part)
+    return ZeroLayout(flat, part_total, grads, padding, largest_part)
 
 
 def layout_for(groups: list[list[int]] | None, psi: int, dp: int, stage: int) -> ZeroLayout:
@@ -121,6 +121,12 @@ def layout_for(groups: list[list[int]] | None, psi: int, dp: int, stage: int) ->
         return zero_layout(groups, dp, stage)
     if stage == 3:
         shard = math.ceil(psi / dp)
-        return ZeroLayout(0, shard, [shard] * dp, shard * dp - psi, 0, shard)
+        return ZeroLayout(0, shard, [shard] * dp, shard * dp - psi, shard)
     padded = math.ceil(psi / (2 * dp)) * 2 * dp
-    return ZeroLayout(padded, padded // dp, [padded // dp] * dp, padded - psi, 0, padded // dp)
+    return ZeroLayout(padded, padded // dp, [padded // dp] * dp, padded - psi, padded // dp)
+
+
+def largest_tensor(setup: Setup) -> int:
+    """Elements of the model's largest parameter tensor (ZeRO sizes its staging buffers by it); without the
+    per-tensor list, the word embedding, which is the largest tensor of every model guard knows."""
+    return max((max(g) for g in setup.param_groups or [] if g), default=setup.vocab * setup.arch.hidden)
