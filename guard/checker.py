@@ -157,7 +157,7 @@ class Checker:
         from dataclasses import replace
 
         from guard.diagnostic import Span
-        from guard.megatron.from_script import heredoc_document, rendered_to_script
+        from guard.megatron.ds_config import heredoc_document, rendered_to_script
 
         if not heredoc.target.resolved or not heredoc.target.text.lower().endswith(CONFIG_SUFFIXES):
             return []

@@ -8,6 +8,7 @@ from typing import Any
 from guard.diagnostic import Diagnostic, Related, Span
 from guard.megatron import derived
 from guard.megatron.argv import ArgToken, ParsedArgs
+from guard.megatron.ds_config import DsConfigSource
 from guard.megatron.flag_table import FlagTable
 from guard.rules.registry import Rule
 
@@ -17,15 +18,6 @@ class EnvVar:
     value: str | None  # None: assigned from something guard cannot resolve
     span: Span
     path: str
-
-
-@dataclass
-class DsConfigSource:
-    """The DeepSpeed JSON a Megatron-DeepSpeed job loads (a file, or a heredoc in the script)."""
-
-    data: dict[str, Any]
-    label: str  # file path or "heredoc"
-    locate: Any  # callable(*json_path) -> (path, Span)
 
 
 @dataclass
