@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-
 from guard import deepspeed_schema, resources, selection
-from guard.diagnostic import Diagnostic, Severity
+from guard.check_result import CheckResult
+from guard.diagnostic import Diagnostic
+from guard.inputs import expand, is_config
 from guard.rules import load_all
 from guard.rules.context import DsConfig
 from guard.rules.general import NO_DEEPSPEED_KEYS, SYNTAX_ERROR, UNREADABLE
@@ -16,37 +15,7 @@ from guard.sources.deepspeed import find_deepspeed
 from guard.sources.document import Document, SourceError
 from guard.sources.loader import load_document
 
-CONFIG_SUFFIXES = (".json", ".hjson", ".yaml", ".yml")
-SCRIPT_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch")  # launch scripts; other named files: command lines
 ARGV_LABEL = "<--megatron-args>"
-SKIP_DIRS = {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", ".tox", "build", "dist"}
-
-
-@dataclass
-class CheckResult:
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    files: int = 0
-    unreadable: bool = False
-
-    @property
-    def exit_code(self) -> int:
-        if self.unreadable:
-            return 2
-        return 1 if any(d.severity is Severity.ERROR for d in self.diagnostics) else 0
-
-
-def expand(paths: list[str]) -> list[tuple[str, bool]]:
-    """Files to check, each with whether the user named it (directories are walked)."""
-    out: list[tuple[str, bool]] = []
-    for path in paths:
-        if os.path.isdir(path):
-            for folder, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-                out.extend((os.path.join(folder, f), False) for f in sorted(files)
-                           if f.lower().endswith(CONFIG_SUFFIXES + SCRIPT_SUFFIXES))
-        else:
-            out.append((path, True))
-    return out
 
 
 def shell_comments(text: str) -> dict[int, str]:
@@ -84,7 +53,7 @@ class Checker:
         return result
 
     def check_file(self, path: str, explicit: bool = True) -> tuple[list[Diagnostic], bool]:
-        if not path.lower().endswith(CONFIG_SUFFIXES):
+        if not is_config(path):
             return self.check_script(path, explicit)
         try:
             doc = load_document(path)
@@ -145,12 +114,15 @@ class Checker:
         job = job_from_argv(text, ARGV_LABEL, self.settings)
         return self._filter(self._run_megatron(job), {}) if job is not None else []
 
-    def _run_megatron(self, job) -> list[Diagnostic]:
-        job.gpu = self.settings.gpu
+    def _run_megatron(self, cmd) -> list[Diagnostic]:
+        from guard.job.from_megatron import read_megatron
+        from guard.rules.megatron_context import MegatronCheck
+
+        check = MegatronCheck(cmd, read_megatron(cmd), self.settings.gpu)
         for registered in CHECKS:
             if registered.target == "megatron" and any(self._wanted(r.code) for r in registered.rules):
-                registered.fn(job)
-        return job.diagnostics
+                registered.fn(check)
+        return check.diagnostics
 
     def _check_heredoc(self, heredoc) -> list[Diagnostic]:
         """A DeepSpeed config written by `cat <<EOF > ds_config.json`: lint it, located in the script."""
@@ -159,7 +131,7 @@ class Checker:
         from guard.diagnostic import Span
         from guard.megatron.ds_config import heredoc_document, rendered_to_script
 
-        if not heredoc.target.resolved or not heredoc.target.text.lower().endswith(CONFIG_SUFFIXES):
+        if not heredoc.target.resolved or not is_config(heredoc.target.text):
             return []
         doc = heredoc_document(heredoc)
         if doc is None:

@@ -10,26 +10,13 @@ import traceback
 from pathlib import Path
 
 from guard import __version__
-from guard.settings import CONTEXTS, Settings, SettingsError, find_pyproject, load_settings
-
-
-class UsageError(Exception):
-    """Bad command-line usage: one line on stderr, exit code 2."""
+from guard.cli_options import UsageError, add_job_options, job_settings
+from guard.settings import CONTEXTS, Settings, SettingsError
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would exit itself; guard owns its exit codes
         raise UsageError(f"{self.prog}: {message}")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _version(text: str) -> str:
@@ -60,25 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "auto (default): hf when the config uses \"auto\"")
     chk.add_argument("--deepspeed-version", type=_version, default=None, metavar="X.Y.Z",
                      help="judge the config for this DeepSpeed release (default: the newest vendored)")
-    chk.add_argument("--world-size", type=_positive_int, default=None, metavar="N",
-                     help="number of ranks the job runs on (enables exact batch-size checks)")
-    chk.add_argument("--gpus-per-node", type=_positive_int, default=None, metavar="G",
-                     help="GPUs per node, where the launcher does not say (tensor-parallel placement)")
-    chk.add_argument("--megatron-version", default=None, metavar="REF",
-                     help="Megatron flag table to judge command lines with (default: main for Megatron-LM, "
-                          "Megatron-DeepSpeed's when the command uses --deepspeed/--zero-stage)")
+    add_job_options(chk)
     chk.add_argument("--megatron-args", action="append", default=[], metavar="ARGS",
                      help="check a Megatron command line given as one string")
-    chk.add_argument("--gpu", default=None, metavar="NAME|SIZE",
-                     help="the GPU the job runs on (catalog name or a size such as 80GiB): predicts out-of-memory")
-    chk.add_argument("--config", default=None, metavar="PYPROJECT",
-                     help="read [tool.guard] from this file instead of the nearest pyproject.toml")
-    chk.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml")
     chk.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
 
     from guard import estimate_cmd
 
-    estimate_cmd.add_parser(sub, _positive_int)
+    estimate_cmd.add_parser(sub)
 
     schema = sub.add_parser("schema", help="regenerate a data table from a framework's sources")
     schema_sub = schema.add_subparsers(dest="schema_kind", parser_class=_Parser)
@@ -99,13 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    if args.isolated:
-        settings = Settings()
-    else:
-        path = Path(args.config) if args.config else find_pyproject(Path.cwd())
-        if args.config and not path.is_file():
-            raise UsageError(f"--config: no such file: {args.config}")
-        settings = load_settings(path)
+    settings = job_settings(args, "check")
     if args.select:
         settings.select = list(args.select)
     settings.extend_select += args.extend_select
@@ -114,30 +84,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings.context = args.context
     if args.deepspeed_version:
         settings.deepspeed_version = args.deepspeed_version
-    if args.world_size:
-        settings.world_size = args.world_size
-    if args.gpus_per_node:
-        settings.gpus_per_node = args.gpus_per_node
-    if args.gpu:
-        from guard.memory.gpu_choice import choose_gpu
-
-        try:
-            choose_gpu(args.gpu)
-        except ValueError as err:
-            raise UsageError(f"guard check: --gpu: {err}") from None
-        settings.gpu = args.gpu
-    if args.megatron_version:
-        settings.megatron_version = _megatron_version(args.megatron_version, "check")
     return settings
-
-
-def _megatron_version(text: str, command: str) -> str:
-    from guard.megatron.flag_table import resolve_version
-
-    try:
-        return resolve_version(text)
-    except ValueError as err:
-        raise UsageError(f"guard {command}: --megatron-version: {err}") from None
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -161,12 +108,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_estimate(args: argparse.Namespace) -> int:
     from guard.estimate_cmd import EstimateError, run
 
-    # [tool.guard] gives the GPU and the GPUs per node; the world size comes from the job or --world-size
-    project = load_settings(find_pyproject(Path.cwd()))
-    settings = Settings(world_size=args.world_size, gpu=project.gpu,
-                        gpus_per_node=args.gpus_per_node or project.gpus_per_node)
-    if args.megatron_version:
-        settings.megatron_version = _megatron_version(args.megatron_version, "estimate")
+    settings = job_settings(args, "estimate")
     try:
         return run(args, settings)
     except (EstimateError, ValueError) as err:

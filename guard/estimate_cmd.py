@@ -1,20 +1,19 @@
-"""`guard estimate`: read the job and the architecture, run the memory model, print; exit 1 when it does not fit."""
+"""`guard estimate`: read the job, run the memory model, print; exit 1 when it does not fit."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from guard.cli_options import add_job_options, positive_int
 from guard.settings import Settings
-
-CONFIG_SUFFIXES = (".json", ".hjson", ".yaml", ".yml")
 
 
 class EstimateError(ValueError):
     """Bad input to the estimate: one line, exit 2."""
 
 
-def add_parser(sub, positive_int) -> None:
+def add_parser(sub) -> None:
     est = sub.add_parser("estimate", help="predict peak GPU memory for every rank of a job")
     est.add_argument("inputs", nargs="*", metavar="PATH",
                      help="a launch script / command-line file, or a DeepSpeed config (.json/.yaml)")
@@ -25,10 +24,7 @@ def add_parser(sub, positive_int) -> None:
     est.add_argument("--hf-config", default=None, metavar="FILE", help="a Hugging Face config.json")
     est.add_argument("--model", default=None, metavar="PRESET", help="a preset from schemas/models (see --list-models)")
     est.add_argument("--list-models", action="store_true", help="print the model presets and the GPU catalog")
-    est.add_argument("--gpu", default=None, metavar="NAME", help="a GPU from the catalog, e.g. H100-SXM, A100-40GB")
-    est.add_argument("--gpu-memory", default=None, metavar="SIZE", help="usable memory, e.g. 80GiB or 80GB")
-    est.add_argument("--world-size", type=positive_int, default=None, metavar="N")
-    est.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="G")
+    add_job_options(est)
     est.add_argument("--seq-length", type=positive_int, default=None, metavar="S")
     est.add_argument("--micro-batch-size", type=positive_int, default=None, metavar="B")
     est.add_argument("--vocab-size", type=positive_int, default=None, metavar="V",
@@ -37,7 +33,6 @@ def add_parser(sub, positive_int) -> None:
                      help="for DeepSpeed configs whose bf16/fp16 is \"auto\"")
     est.add_argument("--gradient-checkpointing", action="store_true",
                      help="HF Trainer --gradient_checkpointing (full recompute, one layer per checkpoint)")
-    est.add_argument("--megatron-version", default=None, metavar="REF")
     est.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="override a runtime term: cuda_context, nccl_per_group, cublas_workspace (sizes), "
                           "fragmentation (a fraction)")
@@ -63,95 +58,26 @@ def _overrides(items: list[str]) -> dict[str, float]:
     return out
 
 
-def _architecture(args):
-    from guard.memory import hf_config, presets
-
-    if args.hf_config and args.model:
-        raise EstimateError("give --hf-config or --model, not both")
-    try:
-        if args.hf_config:
-            return hf_config.load(args.hf_config)
-        if args.model:
-            return presets.load(args.model)
-    except hf_config.HfConfigError as err:
-        raise EstimateError(str(err)) from None
-    return None
-
-
-def _megatron_job(args, settings: Settings):
-    from guard.megatron.from_script import analyse, job_from_argv
-    from guard.sources.document import SourceError
-    from guard.sources.loader import read_text
-
-    scripts = list(args.script) + [p for p in args.inputs if not p.lower().endswith(CONFIG_SUFFIXES)]
-    if args.megatron_args is not None:
-        job = job_from_argv(args.megatron_args, "<megatron-args>", settings)
-        if job is None:
-            raise EstimateError("--megatron-args: no Megatron command line in it")
-        return job
-    if not scripts:
-        return None
-    if len(scripts) > 1:
-        raise EstimateError("give one launch script at a time")
-    path = scripts[0]
-    try:
-        text, _ = read_text(path)
-    except SourceError as err:
-        raise EstimateError(f"{path}: {err.message}") from None
-    result = analyse(path, text, settings)
-    if not result.jobs:
-        first = result.diagnostics[0] if result.diagnostics else None
-        where = f"{path}:{first.line}:{first.col}: " if first else f"{path}: "
-        raise EstimateError(where + (first.message if first else "no Megatron command in this file"))
-    return result.jobs[0]
-
-
-def _deepspeed_config(path: str) -> dict:
-    from guard.sources.document import SourceError
-    from guard.sources.loader import load_document
-
-    try:
-        doc = load_document(path)
-    except SourceError as err:
-        raise EstimateError(f"{path}:{err.span.line}:{err.span.col}: {err.message}") from None
-    if not isinstance(doc.data, dict):
-        raise EstimateError(f"{path}: a DeepSpeed config must be an object")
-    return doc.data
-
-
 def build(args, settings: Settings):
-    from guard.memory.from_deepspeed import setup_from_config
-    from guard.memory.from_megatron import SetupError, setup_from_job
+    """The job from the command's inputs, refused (one line) when the memory model cannot price it."""
+    from guard.job.from_inputs import InputError, JobInputs, read_job
+    from guard.job.training_job import IncompleteJob
 
-    arch = _architecture(args)
-    configs = ([args.deepspeed] if args.deepspeed else []) + [p for p in args.inputs
-                                                               if p.lower().endswith(CONFIG_SUFFIXES)]
+    inputs = JobInputs(paths=list(args.script) + list(args.inputs), megatron_args=args.megatron_args,
+                       deepspeed=args.deepspeed, hf_config=args.hf_config, model=args.model,
+                       vocab_size=args.vocab_size, seq_length=args.seq_length, micro_batch=args.micro_batch_size,
+                       precision=args.precision, gradient_checkpointing=args.gradient_checkpointing)
     try:
-        job = _megatron_job(args, settings)
-        if job is not None:
-            if configs:
-                raise EstimateError("a Megatron job reads its DeepSpeed config from --deepspeed_config in the "
-                                    "command; do not give one separately")
-            if args.seq_length and not job.given("seq_length"):
-                raise EstimateError("--seq-length: give it in the Megatron command line")
-            return setup_from_job(job, arch, args.vocab_size, args.world_size)
-        if not configs:
-            raise EstimateError("nothing to estimate: give a launch script, --megatron-args, or --deepspeed "
-                                "with --hf-config/--model")
-        if arch is None:
-            raise EstimateError("a DeepSpeed config does not describe the model: give --hf-config or --model")
-        if not args.world_size:
-            raise EstimateError("give --world-size N for a DeepSpeed config")
-        seq = args.seq_length or None
-        return setup_from_config(_deepspeed_config(configs[0]), configs[0], arch, args.world_size, seq,
-                                 args.micro_batch_size, args.precision, args.gradient_checkpointing,
-                                 args.gpus_per_node or settings.gpus_per_node or 8)
-    except SetupError as err:
+        job = read_job(inputs, settings)
+        job.require()
+    except (InputError, IncompleteJob) as err:
         raise EstimateError(str(err)) from None
+    return job
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from guard.memory import catalog, presets
+    from guard.job import presets
+    from guard.memory import catalog
     from guard.memory.estimate import estimate
     from guard.memory.gpu_choice import choose_gpu
     from guard.report import memory_json, memory_text
@@ -160,13 +86,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.write("models: " + ", ".join(presets.names()) + "\n")
         sys.stdout.write("gpus: " + ", ".join(catalog.names()) + "\n")
         return 0
-    try:
-        gpu = choose_gpu(args.gpu or settings.gpu, args.gpu_memory)
-    except ValueError as err:
-        raise EstimateError(f"--gpu: {err}") from None
-    setup = build(args, settings)
-    setup.overrides.update(_overrides(args.set))
-    result = estimate(setup, gpu)
+    gpu = choose_gpu(settings.gpu, settings.gpu_memory)
+    job = build(args, settings)
+    job.overrides.update(_overrides(args.set))
+    result = estimate(job, gpu)
     if args.format == "json":
         memory_json.write(result, sys.stdout)
     else:

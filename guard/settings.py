@@ -25,9 +25,13 @@ class Settings:
     context: str = "auto"
     deepspeed_version: str | None = None
     world_size: int | None = None
+    world_size_source: str = ""  # "settings" ([tool.guard]) or "cli" (--world-size)
+    world_size_label: str = ""  # how messages name it
+    force_world_size: bool = False  # the user's world size wins over the launcher's
     gpus_per_node: int | None = None
     megatron_version: str | None = None  # a vendored flag table (None: detect the flavour, newest)
     gpu: str | None = None  # a GPU catalog name or a size ("80GiB"): enables the out-of-memory check
+    gpu_memory: str | None = None  # usable memory ("80GiB"), alone or overriding the named GPU's
     root: Path = field(default_factory=Path.cwd)
 
     def ignores_for(self, path: str) -> list[str]:
@@ -100,25 +104,14 @@ def load_settings(pyproject: Path | None) -> Settings:
     if world is not None and (not isinstance(world, int) or isinstance(world, bool) or world < 1):
         raise SettingsError(f"{pyproject}: [tool.guard] world-size must be a positive integer")
     settings.world_size = world
+    if world is not None:
+        settings.world_size_source, settings.world_size_label = "settings", f"[tool.guard] world-size in {pyproject}"
     per_node = table.get("gpus-per-node")
     if per_node is not None and (not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1):
         raise SettingsError(f"{pyproject}: [tool.guard] gpus-per-node must be a positive integer")
     settings.gpus_per_node = per_node
-    gpu = table.get("gpu")
-    if gpu is not None:
-        from guard.memory.gpu_choice import choose_gpu
-
-        try:
-            choose_gpu(str(gpu))
-        except ValueError as err:
-            raise SettingsError(f"{pyproject}: [tool.guard] gpu: {err}") from None
-        settings.gpu = str(gpu)
-    megatron = table.get("megatron-version")
-    if megatron is not None:
-        from guard.megatron.flag_table import resolve_version
-
-        try:
-            settings.megatron_version = resolve_version(str(megatron))
-        except ValueError as err:
-            raise SettingsError(f"{pyproject}: [tool.guard] megatron-version: {err}") from None
+    # validated by the command line (guard.cli_options), which may import the GPU catalog and flag tables
+    for key, attr in (("gpu", "gpu"), ("megatron-version", "megatron_version")):
+        if table.get(key) is not None:
+            setattr(settings, attr, str(table[key]))
     return settings

@@ -44,7 +44,7 @@ def test_json_contract_has_one_entry_per_rank():
     (["estimate", SEED, "--gpu-memory", "lots"], "expected a size"),
     (["estimate", SEED, "--set", "cuda_context"], "NAME=VALUE"),
     (["estimate", SEED, "--set", "warp_drive=1GiB"], "NAME=VALUE"),
-    (["estimate", SEED, "--world-size", "6"], "not divisible"),
+    (["estimate", SEED, "--world-size", "6"], "does not divide"),
     (["estimate", "--deepspeed", "examples/memory/ds_zero3_llama2_7b.json", "--world-size", "8"], "--hf-config"),
     (["estimate", "--deepspeed", "examples/memory/ds_zero3_llama2_7b.json", "--model", "llama-2-7b"],
      "--world-size"),
@@ -153,7 +153,7 @@ def test_terminal_output_is_a_rich_table():
     import io
 
     from guard.memory.estimate import estimate
-    from guard.memory.from_megatron import setup_from_job
+    from guard.job.from_megatron import read_megatron
     from guard.megatron.from_script import analyse
     from guard.report import memory_text
     from guard.settings import Settings
@@ -161,5 +161,5 @@ def test_terminal_output_is_a_rich_table():
     path = "examples/memory/llama2_13b_pp4.sh"
     job = analyse(path, open(path).read(), Settings()).jobs[0]
     out = io.StringIO()
-    memory_text.write(estimate(setup_from_job(job)), out, color=True)
+    memory_text.write(estimate(read_megatron(job).required()), out, color=True)
     assert "\x1b[" in out.getvalue() and "peak GiB" in out.getvalue()

@@ -8,13 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_guard
-from guard.memory.architecture import Architecture
+from guard.job.architecture import Architecture
 from guard.memory.estimate import COMPONENTS, estimate
-from guard.memory.setup import Setup, even_chunks
+from guard.job.stages import even_chunks
+from guard.job.training_job import new_job
 
 
 @st.composite
-def setups(draw) -> Setup:
+def setups(draw) -> TrainingJob:
     heads = draw(st.sampled_from([4, 8, 16]))
     groups = draw(st.sampled_from([g for g in (1, 2, 4, heads) if heads % g == 0]))
     hidden = heads * draw(st.sampled_from([16, 32, 64]))
@@ -33,7 +34,7 @@ def setups(draw) -> Setup:
                         num_experts=experts, moe_ffn_hidden=hidden if experts else None,
                         hidden_dropout=draw(st.sampled_from([0.0, 0.1])))
     framework = draw(st.sampled_from(["megatron", "deepspeed"]))
-    setup = Setup(arch=arch, framework=framework, world_size=tp * pp * cp * dp, tp=tp, pp=pp, vpp=vpp, cp=cp,
+    setup = new_job(arch=arch, framework=framework, world_size=tp * pp * cp * dp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                   ep=ep, etp=tp, sequence_parallel=tp > 1 and draw(st.booleans()),
                   seq_length=cp * draw(st.sampled_from([64, 256, 1024])), micro_batch=draw(st.integers(1, 4)),
                   num_microbatches=draw(st.integers(1, 12)), params_dtype=draw(st.sampled_from(["bf16", "fp16",
@@ -52,7 +53,7 @@ def setups(draw) -> Setup:
 @given(setups())
 def test_invariants(setup):
     result = estimate(setup)
-    assert len(result.stages) == setup.pp
+    assert len(result.stages) == setup.layout.pp
     assert sum(st.layers for st in result.stages) == setup.arch.num_layers
     for stage in result.stages:
         assert all(stage.components[k] >= 0 for k in COMPONENTS)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from guard.cli import main
-from guard.memory.hf_config import HfConfigError, from_dict
+from guard.job.hf_config import HfConfigError, from_dict
 from guard.memory.params import model_param_count
 
 # Architecture keys of the official config.json files; expected totals as published (exact where the Hub

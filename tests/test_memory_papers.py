@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from guard.memory.architecture import Architecture
+from guard.job.architecture import Architecture
 from guard.memory.estimate import estimate
 from guard.memory.params import Inventory
 from guard.memory.schedule import in_flight, peak_stash
-from guard.memory.setup import Setup, even_chunks
+from guard.job.stages import even_chunks
+from guard.job.training_job import new_job
 from guard.memory.states import zero_states
 from tests.memory_setups import korthikanti
 
@@ -32,7 +33,7 @@ TABLE1 = {
 
 def _zero(psi: int, nd: int, stage: int):
     arch = Architecture(num_layers=1, hidden=8, heads=1, query_groups=1, kv_channels=8, ffn_hidden=32, vocab=8)
-    setup = Setup(arch=arch, framework="deepspeed", world_size=nd, params_dtype="fp16", zero_stage=stage)
+    setup = new_job(arch=arch, framework="deepspeed", world_size=nd, params_dtype="fp16", zero_stage=stage)
     inv = Inventory()
     inv.add("tp_sharded", "all parameters", psi)
     return zero_states(setup, inv)
@@ -92,7 +93,7 @@ def test_korthikanti_first_stage_activations(model, index):
 def test_korthikanti_params_and_optimizer(model, expected):
     """Fig. 1's weights+optimizer bar: 18 B x 12h^2 L / (t p), transformer weights only."""
     setup = korthikanti(model)
-    middle = estimate(setup).stages[min(1, setup.pp - 1)]
+    middle = estimate(setup).stages[min(1, setup.layout.pp - 1)]
     weights = middle.inventory.bucket("tp_sharded") - sum(
         n for (bucket, item), n in middle.inventory.items.items()
         if bucket == "tp_sharded" and ("embedding" in item or "output layer" in item))
@@ -139,7 +140,7 @@ def test_interleaved_stash_follows_chunk_sizes():
 
 def test_megatron_closed_form_overstates_interleaved_stash_when_microbatches_are_few():
     """Megatron's 1 + (p-1)/(pv) says 1.375 L for p=4, v=2; with m = 4 the schedule holds 1.0 L."""
-    setup = Setup(arch=korthikanti("22B").arch, framework="megatron", world_size=4, pp=4, vpp=2, num_microbatches=4)
+    setup = new_job(arch=korthikanti("22B").arch, framework="megatron", world_size=4, pp=4, vpp=2, num_microbatches=4)
     setup.chunks = even_chunks(48, 4, 2)
     per_layer = 1.0
     got, _ = peak_stash([per_layer * 6] * 2, 4, 0, 4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guard.memory import presets
+from guard.job import presets
 from guard.memory.params import model_param_count
 
 # name: (published total parameters, relative tolerance of the published figure's rounding)

@@ -8,9 +8,10 @@ import json
 import pytest
 
 from guard.cli import main
-from guard.memory.architecture import Architecture
+from guard.job.architecture import Architecture
 from guard.memory.estimate import COMPONENTS, estimate
-from guard.memory.setup import Setup, even_chunks
+from guard.job.stages import even_chunks
+from guard.job.training_job import new_job
 
 GIB = 2**30
 A100_80GB = 80 * GIB  # capacity given as a size: the test does not depend on the catalog
@@ -61,12 +62,12 @@ def test_seed_inventory_shows_tp_replicated_parameters(capsys):
 
 
 # --- properties -----------------------------------------------------------------------------------------------
-def _setup(**changes) -> Setup:
+def _setup(**changes) -> TrainingJob:
     base = dict(arch=LLAMA2_13B, framework="megatron", world_size=8, pp=4, seq_length=4096, micro_batch=1,
                 num_microbatches=8, params_dtype="bf16", grads_dtype="fp32")
     base.update(changes)
-    setup = Setup(**base)
-    setup.chunks = even_chunks(40, setup.pp, setup.vpp)
+    setup = new_job(**base)
+    setup.chunks = even_chunks(40, setup.layout.pp, setup.layout.vpp)
     return setup
 
 

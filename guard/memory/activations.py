@@ -4,7 +4,7 @@ Accounting as in the paper: 16-bit activations, 1-byte dropout masks, every term
 Generalised to GQA (K/V at query_groups), SwiGLU (fc1 emits 2F), RMSNorm, flash attention (no s^2 term,
 fp32 softmax statistics instead), sequence parallel (the "10" part / t), context parallel (s / cp), MoE
 (dispatched tokens x expert FFN / expert-TP), dropout masks only when dropout > 0, and recompute.
-The kernel path is a Setup choice, not a constant: unfused attention (megatron's local
+The kernel path is a TrainingJob choice, not a constant: unfused attention (megatron's local
 DotProductAttention: Q, K, V are views of one QKV output), the softmax and mask dtypes, the norm kernels
 (fused, or torch's CPU kernels) and RoPE (fused, or megatron's unfused cos/sin copies). Measured against
 megatron-core 0.16.1 on CPU in tests/fidelity/megatron_activations.py (docs/fidelity_activations.md).
@@ -12,18 +12,18 @@ megatron-core 0.16.1 on CPU in tests/fidelity/megatron_activations.py (docs/fide
 
 from __future__ import annotations
 
-from guard.memory.setup import DTYPE_BYTES, Setup
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
 
 SELECTIVE_MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts", "mla_up_proj"}
 
 
-def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, float]:
+def layer_terms(setup: TrainingJob, index: int, recompute: bool = True) -> dict[str, float]:
     """Saved-for-backward bytes of layer `index` for one microbatch (selective recompute applied if asked)."""
     arch = setup.arch
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    s = setup.seq_length / setup.cp
-    b, h, t = setup.micro_batch, arch.hidden, setup.tp
-    rep = t if setup.sequence_parallel else 1  # sequence parallel shards the otherwise replicated part
+    s = setup.seq_length / setup.layout.cp
+    b, h, t = setup.micro_batch, arch.hidden, setup.layout.tp
+    rep = t if setup.layout.sequence_parallel else 1  # sequence parallel shards the otherwise replicated part
     sb = s * b
     drop = set(setup.recompute_modules) if (recompute and setup.recompute == "selective") else set()
     terms = _norm_terms(setup, act, sb / rep, "layernorm" in drop, arch.norms_per_layer)
@@ -60,7 +60,7 @@ def layer_terms(setup: Setup, index: int, recompute: bool = True) -> dict[str, f
     return terms
 
 
-def _norm_terms(setup: Setup, act: int, tokens: float, recomputed: bool, n: int) -> dict[str, float]:
+def _norm_terms(setup: TrainingJob, act: int, tokens: float, recomputed: bool, n: int) -> dict[str, float]:
     """What n norms keep: the input and statistics, by kernel path."""
     arch = setup.arch
     h = arch.hidden
@@ -80,9 +80,9 @@ def _norm_terms(setup: Setup, act: int, tokens: float, recomputed: bool, n: int)
     return {"norm inputs": n * act * tokens * h, "norm statistics": n * stats * tokens}
 
 
-def _qkv_terms(setup: Setup, act: int, sb: float, core_recomputed: bool) -> dict[str, float]:
+def _qkv_terms(setup: TrainingJob, act: int, sb: float, core_recomputed: bool) -> dict[str, float]:
     """Q, K and V as the attention core (or its checkpoint) keeps them."""
-    arch, t = setup.arch, setup.tp
+    arch, t = setup.arch, setup.layout.tp
     q, kv = arch.query_size, arch.kv_size
     expanded_kv = setup.attention == "unfused" or setup.eager  # GQA K/V repeated to every head
     if setup.attention != "unfused" or setup.eager:
@@ -106,7 +106,7 @@ def _qkv_terms(setup: Setup, act: int, sb: float, core_recomputed: bool) -> dict
     return terms
 
 
-def _moe_terms(setup: Setup, act: int, sb: float, rep: int, glu: int, drop: set[str]) -> dict[str, float]:
+def _moe_terms(setup: TrainingJob, act: int, sb: float, rep: int, glu: int, drop: set[str]) -> dict[str, float]:
     """The router and the routed experts, megatron-core 0.16.1's unfused permute (no drop, balanced routing).
 
     The experts apply the routing probabilities inside their activation (weighted SwiGLU), so unpermute
@@ -120,15 +120,15 @@ def _moe_terms(setup: Setup, act: int, sb: float, rep: int, glu: int, drop: set[
              "top-k indices (int64) and fp32 probabilities": (8 + 4) * tokens * k,
              "routing map (bool) and probabilities by expert": (1 + act) * tokens * e,
              "permutation indices (int64)": 8 * tokens * k}
-    dispatched = tokens * k * setup.etp  # dispatched tokens on this rank
+    dispatched = tokens * k * setup.layout.expert_tp  # dispatched tokens on this rank
     ffn = arch.moe_ffn_hidden or arch.ffn_hidden
     terms["permuted tokens (expert input)"] = act * dispatched * h
     terms["permuted probabilities"] = act * dispatched
-    terms["expert fc1 output"] = act * dispatched * ffn * glu / setup.etp
+    terms["expert fc1 output"] = act * dispatched * ffn * glu / setup.layout.expert_tp
     if "moe_act" not in drop:
-        terms["expert activation output"] = act * dispatched * ffn / setup.etp
+        terms["expert activation output"] = act * dispatched * ffn / setup.layout.expert_tp
     if arch.shared_expert_ffn and "shared_experts" not in drop:
-        terms.update(_mlp_terms(act, sb, arch.shared_expert_ffn, glu, setup.tp, False, "shared expert"))
+        terms.update(_mlp_terms(act, sb, arch.shared_expert_ffn, glu, setup.layout.tp, False, "shared expert"))
     return terms
 
 
@@ -139,16 +139,16 @@ def _mlp_terms(act: int, sb: float, ffn: int, glu: int, t: int, eager: bool, lab
     return out
 
 
-def checkpoint_bytes(setup: Setup) -> float:
+def checkpoint_bytes(setup: TrainingJob) -> float:
     """What full recompute keeps per checkpoint: the layer-group input."""
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    size = act * setup.seq_length / setup.cp * setup.micro_batch * setup.arch.hidden
-    if setup.sequence_parallel or setup.distribute_saved_activations or setup.checkpoint_partition:
-        size /= setup.tp
+    size = act * setup.seq_length / setup.layout.cp * setup.micro_batch * setup.arch.hidden
+    if setup.layout.sequence_parallel or setup.distribute_saved_activations or setup.checkpoint_partition:
+        size /= setup.layout.tp
     return 0.0 if setup.checkpoint_cpu else size
 
 
-def chunk_stored(setup: Setup, layers: tuple[int, ...]) -> tuple[float, float]:
+def chunk_stored(setup: TrainingJob, layers: tuple[int, ...]) -> tuple[float, float]:
     """(stored bytes, backward recompute working set) of a model chunk for one microbatch."""
     if setup.recompute != "full":
         return sum(sum(layer_terms(setup, i).values()) for i in layers), 0.0
@@ -165,17 +165,17 @@ def chunk_stored(setup: Setup, layers: tuple[int, ...]) -> tuple[float, float]:
     return stored, working
 
 
-def logits_bytes(setup: Setup) -> tuple[float, float]:
+def logits_bytes(setup: TrainingJob) -> tuple[float, float]:
     """(stored, transient) bytes of the output layer and loss for one microbatch on the last stage.
 
     The final norm keeps its input and statistics; the output layer keeps its input (the norm's output).
     Megatron's vocab-parallel cross entropy upcasts the logits to fp32 and keeps the fp32 softmax for
     backward; the fused loss keeps 16-bit logits only. Eager transformers also keep the returned logits.
     """
-    s = setup.seq_length / setup.cp
-    rows = s * setup.micro_batch * setup.vocab / setup.tp
+    s = setup.seq_length / setup.layout.cp
+    rows = s * setup.micro_batch * setup.vocab / setup.layout.tp
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    tokens = s * setup.micro_batch / (setup.tp if setup.sequence_parallel else 1)
+    tokens = s * setup.micro_batch / (setup.layout.tp if setup.layout.sequence_parallel else 1)
     # the final norm keeps what a layer's norm keeps (seen on megatron-core's last stage), then its output
     h_in = sum(_norm_terms(setup, act, tokens, False, 1).values()) + act * tokens * setup.arch.hidden
     if setup.fused_cross_entropy:
@@ -184,11 +184,11 @@ def logits_bytes(setup: Setup) -> tuple[float, float]:
     return stored, 4 * rows  # the fp32 upcast while the softmax is computed
 
 
-def embedding_bytes(setup: Setup) -> float:
+def embedding_bytes(setup: TrainingJob) -> float:
     """First stage, per microbatch: token ids (int64), position ids, and the embedding dropout mask."""
-    s = setup.seq_length / setup.cp
+    s = setup.seq_length / setup.layout.cp
     sb = s * setup.micro_batch
     out = 8 * sb * 2
     if setup.arch.hidden_dropout > 0:
-        out += sb * setup.arch.hidden / (setup.tp if setup.sequence_parallel else 1)
+        out += sb * setup.arch.hidden / (setup.layout.tp if setup.layout.sequence_parallel else 1)
     return out

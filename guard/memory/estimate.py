@@ -8,7 +8,7 @@ from guard.memory import activations as acts
 from guard.memory import overheads, schedule
 from guard.memory.catalog import Gpu
 from guard.memory.params import REPLICATED, Inventory, add_layer, model_param_count, padding_params, rank_inventory
-from guard.memory.setup import Setup
+from guard.job.training_job import TrainingJob
 from guard.memory.states import model_states
 
 COMPONENTS = ("params", "grads", "optimizer", "activations", "embedding_activations", "logits", "buffers",
@@ -38,24 +38,20 @@ class StageEstimate:
 
 @dataclass
 class Estimate:
-    setup: Setup
+    setup: TrainingJob
     gpu: Gpu | None
     stages: list[StageEstimate]
     param_count: int
 
     @property
     def ranks_per_stage(self) -> int:
-        return self.setup.tp * self.setup.cp * self.setup.dp
+        return self.setup.layout.ranks_per_stage
 
     def stage_ranks(self, pp_rank: int) -> range:
-        n = self.ranks_per_stage
-        return range(pp_rank * n, (pp_rank + 1) * n)
+        return self.setup.layout.stage_ranks(pp_rank)
 
     def coordinates(self, rank: int) -> dict[str, int]:
-        """Megatron's default order tp-cp-ep-dp-pp (DeepSpeed's pipe topology agrees when cp = 1)."""
-        s = self.setup
-        return {"tp_rank": rank % s.tp, "cp_rank": rank // s.tp % s.cp, "dp_rank": rank // (s.tp * s.cp) % s.dp,
-                "pp_rank": rank // (s.tp * s.cp * s.dp)}
+        return self.setup.layout.coordinates(rank)
 
     @property
     def peak_stage(self) -> StageEstimate:
@@ -72,20 +68,20 @@ class Estimate:
     def host_bytes_per_node(self) -> int:
         """Offloaded states of the ranks on one node (the busiest node)."""
         per_rank = [st.host_bytes for st in self.stages for _ in self.stage_ranks(st.pp_rank)]
-        g = max(1, self.setup.gpus_per_node)
+        g = max(1, self.setup.layout.gpus_per_node)
         return max((sum(per_rank[i:i + g]) for i in range(0, len(per_rank), g)), default=0)
 
 
-def estimate(setup: Setup, gpu: Gpu | None = None) -> Estimate:
-    stages = [estimate_stage(setup, r) for r in range(setup.pp)]
+def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
+    stages = [estimate_stage(setup, r) for r in range(setup.layout.pp)]
     return Estimate(setup, gpu, stages, model_param_count(setup.arch))
 
 
-def estimate_stage(setup: Setup, r: int) -> StageEstimate:
+def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
     chunks = setup.chunks[r]
     inv = rank_inventory(setup, chunks)
     states = model_states(setup, inv)
-    m, p = setup.num_microbatches, setup.pp
+    m, p = setup.num_microbatches, setup.layout.pp
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     # per chunk, one microbatch: the layers; + the embedding edge; + the loss edge (final norm, head, loss),
     # which the loss chunk keeps for every microbatch in flight there (interleaving can hold two)
@@ -139,8 +135,8 @@ def estimate_stage(setup: Setup, r: int) -> StageEstimate:
                        f"{[round(x / mib, 1) for x in sizes]} MiB (interleaved order simulated) = "
                        f"{stash / 2**30:.2f} GiB")
     if logits_stored:
-        explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.cp} x {setup.micro_batch} x "
-                       f"{setup.vocab} / {setup.tp}; kept {logits_stored / mib:,.1f} MiB "
+        explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.layout.cp} x {setup.micro_batch} x "
+                       f"{setup.vocab} / {setup.layout.tp}; kept {logits_stored / mib:,.1f} MiB "
                        f"({'16-bit, fused loss' if setup.fused_cross_entropy else 'fp32 softmax for backward'}) "
                        f"+ transient {logits_transient / mib:,.1f} MiB")
     if padding_params(setup, inv):
@@ -151,11 +147,11 @@ def estimate_stage(setup: Setup, r: int) -> StageEstimate:
                          {"forward/backward": round(fwd), "optimizer step": round(step)}, states.host, terms, explain)
 
 
-def _largest_layer_params(setup: Setup, layers: tuple[int, ...]) -> int:
+def _largest_layer_params(setup: TrainingJob, layers: tuple[int, ...]) -> int:
     """ZeRO-3 gathers one layer at a time: the largest layer's parameters (untouched by TP here)."""
     best = 0
     for index in set(layers[:1]) | {i for i in layers if setup.arch.is_moe_layer(i)}:
         inv = Inventory()
-        add_layer(inv, setup.arch, index, setup.tp, setup.ep, setup.etp)
+        add_layer(inv, setup.arch, index, setup.layout.tp, setup.layout.ep, setup.layout.expert_tp)
         best = max(best, inv.total)
     return best

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from guard.memory.setup import DTYPE_BYTES, Setup
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory.zero_layout import largest_tensor
 
 MIB = 1 << 20
@@ -40,44 +40,44 @@ ZERO_DEFAULTS = {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8, "stage
                  "sub_group_size": 1e9}
 
 
-def setting(setup: Setup, name: str) -> float:
+def setting(setup: TrainingJob, name: str) -> float:
     if name in setup.overrides:
         return setup.overrides[name]
     default = RUNTIME_DEFAULTS.get(name) or BUFFER_DEFAULTS.get(name)
     return default.value
 
 
-def zero_bucket(setup: Setup, name: str) -> float:
+def zero_bucket(setup: TrainingJob, name: str) -> float:
     return float(setup.zero_buckets.get(name, ZERO_DEFAULTS[name]))
 
 
-def process_groups(setup: Setup) -> int:
+def process_groups(setup: TrainingJob) -> int:
     """Process groups with more than one member that a rank joins (each gets an NCCL communicator)."""
-    sizes = [setup.tp, setup.pp, setup.cp, setup.dp, setup.dp * setup.cp]
+    sizes = [setup.layout.tp, setup.layout.pp, setup.layout.cp, setup.dp, setup.dp * setup.layout.cp]
     if setup.arch.is_moe:
-        sizes += [setup.ep, setup.etp, setup.expert_dp]
-    if setup.pp > 1:
+        sizes += [setup.layout.ep, setup.layout.expert_tp, setup.layout.expert_dp]
+    if setup.layout.pp > 1:
         sizes.append(2)  # embedding group (first + last stage)
     return sum(1 for size in sizes if size > 1)
 
 
-def buffers(setup: Setup, rank_params: int, largest_layer_params: int, replicated_params: int,
+def buffers(setup: TrainingJob, rank_params: int, largest_layer_params: int, replicated_params: int,
             pipe_buffers: int) -> tuple[dict[str, float], dict[str, float]]:
     """(persistent buffers, optimizer-step transients) on one rank, by name."""
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     p_b = DTYPE_BYTES[setup.params_dtype]
     out: dict[str, float] = {"cuBLAS workspace": setting(setup, "cublas_workspace")}
     step: dict[str, float] = {}
-    hidden_msg = act * setup.seq_length / setup.cp * setup.micro_batch * setup.arch.hidden
-    if setup.sequence_parallel:
-        hidden_msg /= setup.tp
-    if setup.pp > 1:
+    hidden_msg = act * setup.seq_length / setup.layout.cp * setup.micro_batch * setup.arch.hidden
+    if setup.layout.sequence_parallel:
+        hidden_msg /= setup.layout.tp
+    if setup.layout.pp > 1:
         count = pipe_buffers if setup.ds_pipeline else 2
         out["pipeline P2P buffers"] = 2 * count * hidden_msg if setup.ds_pipeline else count * hidden_msg
     if setup.framework == "megatron":
-        bucket = max(4e7, 1e6 * setup.dp * setup.cp)  # distributed_data_parallel.py's default bucket size
+        bucket = max(4e7, 1e6 * setup.dp * setup.layout.cp)  # distributed_data_parallel.py's default bucket size
         if setup.distributed_optimizer:  # each bucket is padded to a multiple of lcm(DP x CP, 128) elements
-            pad = math.lcm(setup.dp * setup.cp, 128)
+            pad = math.lcm(setup.dp * setup.layout.cp, 128)
             out["gradient-buffer padding"] = math.ceil(rank_params / bucket) * pad * (
                 p_b + DTYPE_BYTES[setup.grads_dtype])
         return out, step
@@ -100,7 +100,7 @@ def buffers(setup: Setup, rank_params: int, largest_layer_params: int, replicate
     return out, step
 
 
-def runtime(setup: Setup, allocated_peak: float) -> dict[str, float]:
+def runtime(setup: TrainingJob, allocated_peak: float) -> dict[str, float]:
     return {"CUDA context": setting(setup, "cuda_context"),
             "NCCL communicators": setting(setup, "nccl_per_group") * process_groups(setup),
             "allocator fragmentation": setting(setup, "fragmentation") * allocated_peak}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from guard.memory.architecture import Architecture
-from guard.memory.setup import Chunk, Setup
+from guard.job.architecture import Architecture
+from guard.job.stages import Chunk
+from guard.job.training_job import TrainingJob, new_job
 
 # Buckets say how a parameter is divided across ranks: by TP, not at all, or by EP x expert-TP.
 SHARDED, REPLICATED, EXPERT = "tp_sharded", "tp_replicated", "expert"
@@ -77,14 +78,14 @@ def _mlp(inv: Inventory, arch: Architecture, ffn: int, tp: int, label: str, buck
             inv.add(REPLICATED, "row-parallel biases (attention output, fc2)", arch.hidden)
 
 
-def rank_inventory(setup: Setup, chunks: list[Chunk]) -> Inventory:
+def rank_inventory(setup: TrainingJob, chunks: list[Chunk]) -> Inventory:
     """Everything one rank of a pipeline stage holds, over all its model chunks."""
-    arch, tp = setup.arch, setup.tp
+    arch, tp = setup.arch, setup.layout.tp
     inv = Inventory()
     vocab = setup.vocab
     for chunk in chunks:
         for index in chunk.layers:
-            add_layer(inv, arch, index, tp, setup.ep, setup.etp)
+            add_layer(inv, arch, index, tp, setup.layout.ep, setup.layout.expert_tp)
         if chunk.embedding:
             inv.add(SHARDED, "word embeddings", vocab * arch.hidden / tp)
             if arch.position_embedding == "learned_absolute":
@@ -102,13 +103,13 @@ def rank_inventory(setup: Setup, chunks: list[Chunk]) -> Inventory:
 
 def model_param_count(arch: Architecture) -> int:
     """The whole model once (no padding, no TP/PP copies): the number people quote."""
-    setup = Setup(arch=arch, framework="count", world_size=1)
+    setup = new_job(arch=arch, framework="count", world_size=1)
     chunk = Chunk(tuple(range(arch.num_layers)), embedding=True, loss=True)
     return rank_inventory(setup, [chunk]).total
 
 
-def padding_params(setup: Setup, inv: Inventory) -> int:
+def padding_params(setup: TrainingJob, inv: Inventory) -> int:
     """How many of a rank's embedding parameters are vocabulary padding."""
-    pad = (setup.vocab - setup.arch.vocab) * setup.arch.hidden / setup.tp
+    pad = (setup.vocab - setup.arch.vocab) * setup.arch.hidden / setup.layout.tp
     tables = sum(1 for (_, item) in inv.items if item.startswith(("word embeddings", "output layer")))
     return int(pad * tables)

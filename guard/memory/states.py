@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from guard.memory.params import Inventory
-from guard.memory.setup import DTYPE_BYTES, Setup
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory.zero_layout import largest_tensor, layout_for
 
 
@@ -23,27 +23,27 @@ class States:
     host_terms: dict[str, int] = field(default_factory=dict)  # offloaded states by name
 
 
-def moment_bytes(setup: Setup) -> int:
+def moment_bytes(setup: TrainingJob) -> int:
     """Optimizer moments per parameter: Adam/AdamW keep two, SGD with momentum one."""
     if setup.optimizer == "sgd":
         return 4 if setup.sgd_momentum else 0
     return DTYPE_BYTES[setup.exp_avg_dtype] + DTYPE_BYTES[setup.exp_avg_sq_dtype]
 
 
-def master_bytes(setup: Setup) -> int:
+def master_bytes(setup: TrainingJob) -> int:
     """fp32 (or --main-params-dtype) master weights exist only when the model's params are 16-bit."""
     return 0 if setup.params_dtype == "fp32" else DTYPE_BYTES[setup.main_params_dtype]
 
 
-def megatron_states(setup: Setup, inv: Inventory) -> States:
+def megatron_states(setup: TrainingJob, inv: Inventory) -> States:
     """Megatron DDP + (distributed) optimizer: the grad buffer is full size, the optimizer shards over DP x CP."""
     p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
     # 16-bit grads with 16-bit params: the optimizer keeps fp32 copies of the gradients (Megatron's table: 20 B/param)
     grad_copy = 4 if (setup.params_dtype != "fp32" and g_b < 4) else 0
     per_param_opt = master_bytes(setup) + moment_bytes(setup) + grad_copy
     dense, expert = inv.dense, inv.bucket("expert")
-    d_dense = setup.dp * setup.cp if setup.distributed_optimizer else 1
-    d_expert = setup.expert_dp if setup.distributed_optimizer else 1
+    d_dense = setup.dp * setup.layout.cp if setup.distributed_optimizer else 1
+    d_expert = setup.layout.expert_dp if setup.distributed_optimizer else 1
     out = States(params=(dense + expert) * p_b, grads=(dense + expert) * g_b)
     out.optimizer = math.ceil(dense * per_param_opt / d_dense) + math.ceil(expert * per_param_opt / d_expert)
     out.explain = [
@@ -57,7 +57,7 @@ def megatron_states(setup: Setup, inv: Inventory) -> States:
     return out
 
 
-def zero_states(setup: Setup, inv: Inventory, dp_rank: int | None = None) -> States:
+def zero_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) -> States:
     """DeepSpeed ZeRO stage 0-3 as DeepSpeed 0.19.8 keeps them, term by term (measured on CPU ranks:
     tests/fidelity/deepspeed_zero.py). dp_rank None: the data-parallel rank that holds the most.
 
@@ -131,7 +131,7 @@ def zero_states(setup: Setup, inv: Inventory, dp_rank: int | None = None) -> Sta
     return out
 
 
-def model_states(setup: Setup, inv: Inventory, dp_rank: int | None = None) -> States:
+def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) -> States:
     if setup.framework == "megatron":
         return megatron_states(setup, inv)
     return zero_states(setup, inv, dp_rank)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import re
 
 GIB = 1 << 30
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
 
 def parse_size(text: str) -> int:
     """'80GB' is 80*10^9 bytes and '80GiB' is 80*2^30 (DESIGN: decimal and binary units alike)."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if match and not match.group(2):  # "80" could mean GB, GiB or bytes: refuse rather than guess
+        raise ValueError(f"{text!r} has no unit: write {match.group(1)}GiB (2^30 bytes) or {match.group(1)}GB "
+                         "(10^9 bytes)")
     if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"expected a size such as 80GiB, 80GB or 85899345920, got {text!r}")
+        raise ValueError(f"expected a size such as 80GiB, 80GB or 85899345920B, got {text!r}")
     value = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if value <= 0 or value > 1 << 60:
         raise ValueError(f"size out of range: {text!r}")

@@ -23,8 +23,7 @@ def to_dict(est: Estimate) -> dict:
     peak = est.peak_stage
     return {
         "model": {"param_count": est.param_count, "name": s.arch.name, "vocab_padded": s.vocab},
-        "layout": {"world_size": s.world_size, "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep,
-                   "etp": s.etp, "vpp": s.vpp, "sequence_parallel": s.sequence_parallel,
+        "layout": {**s.layout.as_dict(), "sequence_parallel": s.layout.sequence_parallel,
                    "micro_batch_size": s.micro_batch, "num_microbatches": s.num_microbatches,
                    "seq_length": s.seq_length, "framework": s.framework, "zero_stage": s.zero_stage,
                    "distributed_optimizer": s.distributed_optimizer, "recompute": s.recompute},
@@ -35,6 +34,7 @@ def to_dict(est: Estimate) -> dict:
         "host_bytes_per_node": est.host_bytes_per_node(),
         "unmodelled": [{"feature": f, "setting": where} for f, where in s.unmodelled],
         "notes": s.notes,
+        "origins": {key: origin.describe() for key, origin in sorted(s.origins.items())},
     }
 
 

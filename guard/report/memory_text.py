@@ -65,17 +65,19 @@ def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False
     s = est.setup
     out.write(f"model: {s.arch.name}  {est.param_count / 1e9:.2f}B parameters  vocab {s.vocab:,}"
               f"{' (padded)' if s.vocab != s.arch.vocab else ''}\n")
-    layout = f"world {s.world_size} = TP {s.tp} x PP {s.pp} x CP {s.cp} x DP {s.dp}"
-    if s.vpp > 1:
-        layout += f", VPP {s.vpp}"
+    lay = s.layout
+    sp = f" x SP {lay.ulysses}" if lay.ulysses != 1 else ""
+    layout = f"world {lay.world} = TP {lay.tp} x PP {lay.pp} x CP {lay.cp}{sp} x DP {lay.dp}"
+    if lay.vpp > 1:
+        layout += f", VPP {lay.vpp}"
     if s.arch.is_moe:
-        layout += f", EP {s.ep}, expert-TP {s.etp}"
+        layout += f", EP {lay.ep}, expert-TP {lay.expert_tp}"
     states = (f"ZeRO-{s.zero_stage}" if s.framework != "megatron" else
               "distributed optimizer" if s.distributed_optimizer else "replicated optimizer")
     out.write(f"layout: {layout}; {s.framework}, {s.params_dtype}, {states}\n")
     out.write(f"batch: seq {s.seq_length}, micro batch {s.micro_batch}, {s.num_microbatches} microbatches/step; "
               f"recompute {s.recompute}; attention {s.attention}"
-              f"{', sequence parallel' if s.sequence_parallel else ''}\n")
+              f"{', sequence parallel' if lay.sequence_parallel else ''}\n")
     out.write("sizes in GiB per rank\n")
     if color:
         _rich_table(est, out)
@@ -84,7 +86,7 @@ def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False
     out.write(verdict(est) + "\n")
     host = est.host_bytes_per_node()
     if host:
-        out.write(f"host RAM for offloaded states: {gib(host)} GiB per node ({s.gpus_per_node} GPUs per node)\n")
+        out.write(f"host RAM for offloaded states: {gib(host)} GiB per node ({lay.gpus_per_node} GPUs per node)\n")
     for feature, where in s.unmodelled:
         out.write(f"warning: {feature} ({where}) is not modelled: the estimate leaves it out\n")
     for note in s.notes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from guard.megatron.job import MegatronJob
+from guard.rules.megatron_context import MegatronCheck
 from guard.rules.registry import check, rule
 
 PREDICTED_OOM = rule(
@@ -45,18 +45,19 @@ DRIVERS = {"activations": "micro_batch", "embedding_activations": "micro_batch",
 
 
 @check(PREDICTED_OOM, UNMODELLED, NOT_ESTIMATED, target="megatron")
-def predicted_oom(job: MegatronJob) -> None:
+def predicted_oom(job: MegatronCheck) -> None:
     if not job.gpu:
         return
     from guard.diagnostic import Span
     from guard.memory.estimate import estimate
-    from guard.memory.from_megatron import SetupError, setup_from_job
+    from guard.job.training_job import IncompleteJob
     from guard.memory.gpu_choice import choose_gpu
     from guard.memory.units import gib
 
+    setup = job.job
     try:
-        setup = setup_from_job(job)
-    except SetupError as err:
+        setup.require()
+    except IncompleteJob as err:
         job.report_at(NOT_ESTIMATED, job.anchor, None, f"memory not estimated: {err}")
         return
     result = estimate(setup, choose_gpu(job.gpu))

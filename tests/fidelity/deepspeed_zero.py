@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 from guard.memory.estimate import estimate_stage
-from guard.memory.from_deepspeed import setup_from_config
-from guard.memory.hf_config import from_dict
+from guard.job.from_deepspeed import read_deepspeed
+from guard.job.origin import Origin
+from guard.job.hf_config import from_dict
 from guard.memory.params import rank_inventory
 from guard.memory.states import zero_states
 from tests.fidelity.rows import Row
@@ -81,7 +82,8 @@ def non_scalar_bytes(moment: dict, component: str) -> int:
 
 def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> list[Row]:
     arch = from_dict(MODEL, "gpt2-tiny")
-    setup = setup_from_config(ds_config(case), "probe", arch, world, SEQ, MICRO_BATCH, None, False, world)
+    setup = read_deepspeed(ds_config(case), "probe", arch, world, world_origin=Origin("cli", "probe"), seq_length=SEQ,
+                           micro_batch=MICRO_BATCH, gpus_per_node=world)
     states = zero_states(setup, rank_inventory(setup, setup.chunks[0]), dp_rank=rank)
     buffers = estimate_stage(setup, 0).terms["buffers"]
     device, host, step = states.terms, states.host_terms, states.step_terms

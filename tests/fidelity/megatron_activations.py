@@ -3,7 +3,7 @@
 The probe (megatron_activation_probe.py) runs a GPTModel forward (and, for full recompute, its backward) on
 CPU and counts what autograd keeps, layer by layer. guard is asked about the same model through the
 Megatron-LM flags of the same job (`--transformer-impl local`: unfused attention), with the kernel path the
-CPU takes set on the Setup (CPU_PATH): what differs from a GPU run is a named kernel choice, not a constant.
+CPU takes set on the TrainingJob (CPU_PATH): what differs from a GPU run is a named kernel choice, not a constant.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from guard.megatron.from_script import job_from_argv
 from guard.memory.activations import chunk_stored
-from guard.memory.from_megatron import setup_from_job
-from guard.memory.setup import DTYPE_BYTES, Setup
+from guard.job.from_megatron import read_megatron
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.settings import Settings
 from tests.fidelity.rows import Row
 
@@ -86,11 +86,11 @@ CPU_PATH = ("local layers; unfused attention, torch softmax in fp32; dropout mas
             "torch CPU norms (LayerNorm stats in the activation dtype, composite RMSNorm); unfused RoPE")
 
 
-def predict(case: dict) -> Setup:
-    """guard's Setup for the case: the flags, then the kernel path megatron-core takes on CPU."""
+def predict(case: dict) -> TrainingJob:
+    """guard's TrainingJob for the case: the flags, then the kernel path megatron-core takes on CPU."""
     job = job_from_argv(f"pretrain_gpt.py {megatron_flags(case)}", "<fidelity>",
                         Settings(world_size=1, megatron_version="core_v0.16.1"))
-    setup = setup_from_job(job)
+    setup = read_megatron(job).required()
     act = DTYPE_BYTES[setup.params_dtype]
     # non-fused softmax with attention_softmax_in_fp32 (megatron's torch fallback): fp32 probabilities
     setup.softmax_bytes = 4

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guard.memory import hf_config
-from guard.memory.architecture import Architecture
+from guard.job import hf_config
+from guard.job.architecture import Architecture
 from guard.resources import schemas_dir
 
 

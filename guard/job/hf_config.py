@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from guard.memory.architecture import Architecture
+from guard.job.architecture import Architecture
 
 LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek", "gemma",
               "olmo", "granite"}

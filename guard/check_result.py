@@ -1,0 +1,20 @@
+"""What `guard check` found: the diagnostics, how many files, and the exit code they add up to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guard.diagnostic import Diagnostic, Severity
+
+
+@dataclass
+class CheckResult:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    files: int = 0
+    unreadable: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.unreadable:
+            return 2
+        return 1 if any(d.severity is Severity.ERROR for d in self.diagnostics) else 0

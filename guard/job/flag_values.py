@@ -1,0 +1,82 @@
+"""Read a Megatron command's flag values into the job, each with the Origin that says where it came from."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from guard.job.origin import Origin
+from guard.job.training_job import IncompleteJob, TrainingJob
+from guard.megatron.job import MegatronJob
+
+
+class FlagValues:
+    """Values as Megatron's argparse leaves them; `field=` records the origin of the job field it fills."""
+
+    def __init__(self, cmd: MegatronJob, job: TrainingJob):
+        self.cmd, self.job = cmd, job
+
+    def origin(self, dest: str) -> Origin:
+        cmd = self.cmd
+        if cmd.given(dest):
+            span = cmd.flag_span(dest)
+            return Origin("flag", cmd.option(dest), cmd.path_of(dest), span.line, span.col, cmd.option(dest))
+        return Origin("default", f"the default of {cmd.option(dest)}", cmd.path, cmd.anchor.line, cmd.anchor.col,
+                      cmd.option(dest), reason=f"{cmd.table.ref} flag table")
+
+    def value(self, dest: str, base: Any = None, field: str | None = None) -> Any:
+        """The flag's value; `base` (a preset/HF config value) wins over the table default, not over a flag."""
+        cmd = self.cmd
+        if dest not in cmd.table.by_dest:
+            return base
+        if not cmd.known(dest):
+            raise IncompleteJob(f"{cmd.path}:{cmd.flag_span(dest).line}: {cmd.option(dest)} has a value guard "
+                                f"cannot resolve; give it literally")
+        if field:
+            self.job.origins[field] = self.origin(dest) if cmd.given(dest) or base is None else \
+                Origin("cli", "--model / --hf-config")
+        if cmd.given(dest) or base is None:
+            value = cmd.v(dest)
+            return value[0] if isinstance(value, list) and len(value) == 1 and dest != "recompute_modules" else value
+        return base
+
+    def int(self, dest: str, base: int | None = None, need: str = "", field: str | None = None) -> int | None:
+        value = self.value(dest, base, field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)
+        if need:
+            raise IncompleteJob(f"{self.cmd.path}: {self.cmd.option(dest)} is not set: {need}")
+        return None
+
+    def on(self, dest: str, field: str | None = None) -> bool:
+        return self.value(dest, None, field) is True
+
+    def given(self, dest: str) -> bool:
+        return self.cmd.given(dest)
+
+
+def list_expression(text: str) -> int | list[int] | None:
+    """Megatron's --moe-layer-freq strings such as "[0]*3+[1]*29", read without eval."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+
+    def walk(n):
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.List):
+            return [walk(e) for e in n.elts]
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Mult)):
+            left, right = walk(n.left), walk(n.right)
+            if isinstance(n.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and right < 100000:
+                return left * right
+            if isinstance(n.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right
+        raise ValueError(text)
+
+    try:
+        value = walk(node)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, (int, list)) else None

@@ -1,0 +1,127 @@
+"""Assemble one TrainingJob from what the user gave: a launch script or argv, or a DeepSpeed config and a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guard.inputs import split_inputs
+from guard.job.origin import Origin
+from guard.job.training_job import IncompleteJob, TrainingJob
+from guard.settings import Settings
+
+
+class InputError(ValueError):
+    """Inputs that do not describe one job (one line, exit 2)."""
+
+
+@dataclass
+class JobInputs:
+    paths: list[str] = field(default_factory=list)  # launch scripts, command-line files, DeepSpeed configs
+    megatron_args: str | None = None
+    deepspeed: str | None = None
+    hf_config: str | None = None
+    model: str | None = None
+    vocab_size: int | None = None
+    seq_length: int | None = None
+    micro_batch: int | None = None
+    precision: str | None = None
+    gradient_checkpointing: bool = False
+
+
+def read_job(inputs: JobInputs, settings: Settings) -> TrainingJob:
+    """The job the inputs describe (values it lacks are in job.missing; job.require() refuses them)."""
+    from guard.job.from_megatron import read_megatron
+
+    arch = _architecture(inputs)
+    configs, scripts = split_inputs(inputs.paths)
+    configs = ([inputs.deepspeed] if inputs.deepspeed else []) + configs
+    cmd = _megatron_command(inputs, scripts, settings)
+    if cmd is not None:
+        if configs:
+            raise InputError("a Megatron job reads its DeepSpeed config from --deepspeed_config in the "
+                             "command; do not give one separately")
+        if inputs.seq_length and not cmd.given("seq_length"):
+            raise InputError("--seq-length: give it in the Megatron command line")
+        return read_megatron(cmd, arch, inputs.vocab_size)
+    if not configs:
+        raise InputError("nothing to estimate: give a launch script, --megatron-args, or --deepspeed "
+                         "with --hf-config/--model")
+    if arch is None:
+        raise InputError("a DeepSpeed config does not describe the model: give --hf-config or --model")
+    return _deepspeed_job(inputs, configs[0], arch, settings)
+
+
+def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings) -> TrainingJob:
+    from guard.job.from_deepspeed import read_deepspeed
+    from guard.job.layout import DEFAULT_GPUS_PER_NODE
+
+    if not settings.world_size:
+        raise InputError("give --world-size N for a DeepSpeed config")
+    doc = _load_config(path)
+    try:
+        return read_deepspeed(doc.data, path, arch, settings.world_size, world_origin=settings_origin(settings),
+                              seq_length=inputs.seq_length, micro_batch=inputs.micro_batch,
+                              precision=inputs.precision, gradient_checkpointing=inputs.gradient_checkpointing,
+                              gpus_per_node=settings.gpus_per_node or DEFAULT_GPUS_PER_NODE,
+                              locate=lambda *p: (path, doc.span("/" + "/".join(p))))
+    except IncompleteJob as err:
+        raise InputError(str(err)) from None
+
+
+def settings_origin(settings: Settings) -> Origin:
+    return Origin(settings.world_size_source or "cli", settings.world_size_label or "--world-size")
+
+
+def _architecture(inputs: JobInputs):
+    from guard.job import hf_config, presets
+
+    if inputs.hf_config and inputs.model:
+        raise InputError("give --hf-config or --model, not both")
+    try:
+        if inputs.hf_config:
+            return hf_config.load(inputs.hf_config)
+        if inputs.model:
+            return presets.load(inputs.model)
+    except hf_config.HfConfigError as err:
+        raise InputError(str(err)) from None
+    return None
+
+
+def _megatron_command(inputs: JobInputs, scripts: list[str], settings: Settings):
+    from guard.megatron.from_script import analyse, job_from_argv
+    from guard.sources.document import SourceError
+    from guard.sources.loader import read_text
+
+    if inputs.megatron_args is not None:
+        cmd = job_from_argv(inputs.megatron_args, "<megatron-args>", settings)
+        if cmd is None:
+            raise InputError("--megatron-args: no Megatron command line in it")
+        return cmd
+    if not scripts:
+        return None
+    if len(scripts) > 1:
+        raise InputError("give one launch script at a time")
+    path = scripts[0]
+    try:
+        text, _ = read_text(path)
+    except SourceError as err:
+        raise InputError(f"{path}: {err.message}") from None
+    result = analyse(path, text, settings)
+    if not result.jobs:
+        first = result.diagnostics[0] if result.diagnostics else None
+        where = f"{path}:{first.line}:{first.col}: " if first else f"{path}: "
+        raise InputError(where + (first.message if first else "no Megatron command in this file"))
+    return result.jobs[0]
+
+
+def _load_config(path: str):
+    from guard.sources.document import SourceError
+    from guard.sources.loader import load_document
+
+    try:
+        doc = load_document(path)
+    except SourceError as err:
+        raise InputError(f"{path}:{err.span.line}:{err.span.col}: {err.message}") from None
+    if not isinstance(doc.data, dict):
+        raise InputError(f"{path}: a DeepSpeed config must be an object")
+    return doc

@@ -1,0 +1,109 @@
+"""The model a Megatron / Megatron-DeepSpeed command builds: shape, attention, MLP, MoE, vocabulary."""
+
+from __future__ import annotations
+
+from guard.job.architecture import Architecture, moe_layer_pattern
+from guard.job.flag_values import FlagValues, list_expression
+from guard.job.origin import Origin
+from guard.job.training_job import IncompleteJob
+from guard.megatron import derived
+
+# Vocabulary sizes of tokenizers that carry no vocab file argument guard could read.
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
+
+
+def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -> Architecture:
+    cmd, b = fv.cmd, base
+    need = "give it in the command, or --model / --hf-config"
+    layers = fv.int("num_layers", b and b.num_layers, need, field="arch.num_layers")
+    hidden = fv.int("hidden_size", b and b.hidden, need, field="arch.hidden")
+    heads = fv.int("num_attention_heads", b and b.heads, need, field="arch.heads")
+    if not heads or not hidden or heads < 1:
+        raise IncompleteJob(f"{cmd.path}: --hidden-size and --num-attention-heads must be positive integers")
+    swiglu = bool(fv.value("swiglu", b.gated_mlp if b and not cmd.given("swiglu") else None))
+    groups = cmd.query_groups if (cmd.given("group_query_attention") or cmd.given("num_query_groups")
+                                  or cmd.given("num_key_value_heads") or not b) else b.query_groups
+    kv = fv.int("kv_channels", b.kv_channels if b else None) or hidden // heads
+    ffn = fv.int("ffn_hidden_size", b.ffn_hidden if b and not cmd.given("hidden_size") else None) or \
+        derived.ffn_hidden_size(hidden, swiglu)
+    norm = fv.value("normalization", None if not b else ("RMSNorm" if b.norm == "rmsnorm" else "LayerNorm"))
+    untie = fv.value("untie_embeddings_and_output_weights", None if not b else not b.tied_embeddings)
+    pos = fv.value("position_embedding_type", b.position_embedding if b else None)
+    if cmd.flavour == "megatron-deepspeed" and cmd.given("use_rotary_position_embeddings"):
+        pos = "rope"
+    seq = fv.int("seq_length", None) or (b.max_positions if b else 0)
+    max_pos = fv.int("max_position_embeddings", b.max_positions if b else None) or seq
+    moe = _experts(fv, b, layers, ffn)
+    return Architecture(
+        num_layers=layers, hidden=hidden, heads=heads, query_groups=groups or heads, kv_channels=kv,
+        ffn_hidden=ffn, vocab=vocab_size(fv, b, vocab), max_positions=max_pos, gated_mlp=swiglu,
+        norm="rmsnorm" if str(norm).lower() == "rmsnorm" else "layernorm",
+        tied_embeddings=not untie, position_embedding=str(pos),
+        linear_bias=bool(fv.value("add_bias_linear", b.linear_bias if b else None)),
+        qkv_bias=bool(fv.value("add_qkv_bias", b.qkv_bias if b else None)),
+        qk_norm=bool(fv.value("qk_layernorm", b.qk_norm if b else None)),
+        hidden_dropout=float(fv.value("hidden_dropout", None) or 0.0),
+        attention_dropout=float(fv.value("attention_dropout", None) or 0.0),
+        name=(b.name if b else "") or f"GPT from the flags of {cmd.path}", source=cmd.path, **moe)
+
+
+def _experts(fv: FlagValues, b: Architecture | None, layers: int, ffn: int) -> dict:
+    """MoE fields: megatron-core's --num-experts/--moe-layer-freq, or Megatron-DeepSpeed's expert list."""
+    if fv.cmd.flavour == "megatron-deepspeed":
+        return _deepspeed_experts(fv, layers, ffn)
+    experts = fv.int("num_experts", b.num_experts if b else None, field="arch.num_experts")
+    if not experts or experts <= 1:
+        return {}
+    freq = fv.value("moe_layer_freq", None)
+    if isinstance(freq, str):
+        freq = list_expression(freq)
+        if freq is None:
+            raise IncompleteJob(f"{fv.cmd.path}: --moe-layer-freq is an expression guard cannot read; give an int "
+                                "or a list such as [0]*3+[1]*29")
+    pattern = moe_layer_pattern(layers, freq) if freq is not None else (b.moe_layers if b else None)
+    return {"num_experts": experts,
+            "moe_ffn_hidden": fv.int("moe_ffn_hidden_size", b.moe_ffn_hidden if b else None) or ffn,
+            "moe_topk": fv.int("moe_router_topk", b.moe_topk if b else None) or 2,
+            "shared_expert_ffn": fv.int("moe_shared_expert_intermediate_size",
+                                        b.shared_expert_ffn if b else None) or 0,
+            "moe_layers": pattern}
+
+
+def _deepspeed_experts(fv: FlagValues, layers: int, ffn: int) -> dict:
+    """Megatron-DeepSpeed (megatron/model/transformer.py get_num_experts_per_layer): layer i (1-based) is MoE
+    when i % --expert-interval == 0; --mlp-type residual (PR-MoE) adds a dense MLP beside the experts."""
+    counts = fv.cmd.v("num_experts")
+    counts = counts if isinstance(counts, list) else [counts]
+    if not all(isinstance(c, int) for c in counts) or max(counts, default=1) <= 1:
+        return {}
+    fv.job.origins["arch.num_experts"] = fv.origin("num_experts")
+    interval = fv.int("expert_interval") or 2
+    if len(set(counts)) > 1:
+        fv.job.unmodelled.append(("different expert counts per MoE layer (priced at the largest)",
+                                  fv.cmd.option("num_experts")))
+    residual = fv.value("mlp_type") == "residual"
+    return {"num_experts": max(counts), "moe_ffn_hidden": ffn, "moe_topk": fv.int("topk") or 1,
+            "shared_expert_ffn": ffn if residual else 0,
+            "moe_layers": tuple((i + 1) % interval == 0 for i in range(layers))}
+
+
+def vocab_size(fv: FlagValues, b: Architecture | None, vocab: int | None) -> int:
+    """The tokenizer's size before padding: --vocab-size (CLI or flag), the preset, or the tokenizer's files."""
+    cmd = fv.cmd
+    if vocab:
+        fv.job.origins["arch.vocab"] = Origin("cli", "--vocab-size")
+        return vocab
+    if b is not None:
+        return b.vocab
+    if cmd.given("vocab_size"):
+        fv.job.origins["arch.vocab"] = fv.origin("vocab_size")
+        return fv.int("vocab_size")
+    tokenizer = fv.value("tokenizer_type")
+    size = TOKENIZER_VOCAB.get(str(tokenizer))
+    if size is None:
+        which = f"--tokenizer-type {tokenizer} reads it from its files" if tokenizer else "no --tokenizer-type"
+        raise IncompleteJob(f"{cmd.path}: the vocabulary size is not in the command ({which}): "
+                            "give --vocab-size N, --model or --hf-config")
+    fv.job.origins["arch.vocab"] = fv.origin("tokenizer_type")
+    return size
+

@@ -1,0 +1,125 @@
+"""Training settings of a Megatron command: precision, optimizer, recompute, kernels, DeepSpeed, what is unmodelled."""
+
+from __future__ import annotations
+
+from guard.job.flag_values import FlagValues
+
+# Flags whose memory effect guard does not model: (dest, feature). Each one present becomes a diagnostic.
+UNMODELLED_FLAGS = [
+    ("fp8", "FP8 training (weight transpose caches, amax histories)"),
+    ("fp8_param_gather", "FP8 parameter all-gather"),
+    ("multi_latent_attention", "multi-latent attention (MLA)"),
+    ("mtp_num_layers", "multi-token prediction layers"),
+    ("optimizer_cpu_offload", "optimizer CPU offload"),
+    ("cpu_offloading_num_layers", "activation CPU offloading"),
+    ("rampup_batch_size", "batch-size ramp-up (priced at the final global batch)"),
+    ("moe_expert_capacity_factor", "MoE token dropping / capacity factor (priced as balanced routing)"),
+    ("hybrid_override_pattern", "hybrid Mamba layers"),
+    ("num_microbatches_with_partial_activation_checkpoints", "partial activation checkpointing"),
+]
+
+
+def read_training(fv: FlagValues) -> None:
+    _precision(fv)
+    _recompute(fv)
+    _kernels(fv)
+    if fv.job.framework == "megatron-deepspeed":
+        _deepspeed(fv)
+    _unmodelled(fv)
+
+
+def _precision(fv: FlagValues) -> None:
+    job = fv.job
+    if fv.on("bf16", field="params_dtype"):
+        job.params_dtype, job.grads_dtype = "bf16", "fp32"  # validate_args forces fp32 accumulation for bf16
+    elif fv.on("fp16", field="params_dtype"):
+        job.params_dtype = "fp16"
+        job.grads_dtype = "fp32" if fv.on("accumulate_allreduce_grads_in_fp32") else "fp16"
+    else:
+        job.params_dtype, job.grads_dtype = "fp32", "fp32"
+        job.origins["params_dtype"] = fv.origin("bf16")
+    job.distributed_optimizer = fv.on("use_distributed_optimizer", field="distributed_optimizer")
+    job.optimizer = "sgd" if fv.value("optimizer", field="optimizer") == "sgd" else "adam"
+    job.sgd_momentum = float(fv.value("sgd_momentum") or 0) > 0
+    if fv.on("use_precision_aware_optimizer"):
+        job.main_params_dtype = str(fv.value("main_params_dtype") or "fp32")
+        job.exp_avg_dtype = str(fv.value("exp_avg_dtype") or "fp32")
+        job.exp_avg_sq_dtype = str(fv.value("exp_avg_sq_dtype") or "fp32")
+        if fv.value("main_grads_dtype") == "bf16":
+            job.grads_dtype = "bf16"
+    job.overlap_param_gather = fv.on("overlap_param_gather")
+    if str(fv.value("optimizer")) not in ("adam", "sgd", "adamw"):
+        job.unmodelled.append((f"optimizer {fv.value('optimizer')}", "--optimizer"))
+
+
+def _recompute(fv: FlagValues) -> None:
+    job, cmd = fv.job, fv.cmd
+    granularity = fv.value("recompute_granularity", field="recompute")
+    if cmd.flavour == "megatron-deepspeed" and (fv.on("checkpoint_activations") or
+                                                fv.on("deepspeed_activation_checkpointing")):
+        granularity = "full"
+        job.origins["recompute"] = fv.origin("checkpoint_activations" if cmd.given("checkpoint_activations")
+                                             else "deepspeed_activation_checkpointing")
+        job.recompute_num_layers = fv.int("checkpoint_num_layers") or 1
+    if granularity in ("full", "selective"):
+        job.recompute = granularity
+    if granularity == "full":
+        job.recompute_method = str(fv.value("recompute_method") or "uniform")
+        job.recompute_num_layers = fv.int("recompute_num_layers") or job.recompute_num_layers
+    modules = fv.value("recompute_modules")
+    if modules:
+        job.recompute_modules = tuple(modules if isinstance(modules, list) else str(modules).split())
+        if "mla_up_proj" in job.recompute_modules:
+            job.unmodelled.append(("recompute of MLA up-projections", "--recompute-modules"))
+    job.distribute_saved_activations = fv.on("distribute_saved_activations")
+    if fv.on("overlap_moe_expert_parallel_comm"):
+        job.unmodelled.append(("the extra warm-up microbatch of --overlap-moe-expert-parallel-comm",
+                               "--overlap-moe-expert-parallel-comm"))
+
+
+def _kernels(fv: FlagValues) -> None:
+    """Attention without flash/fused kernels keeps the s^2 scores; the fused loss keeps 16-bit logits."""
+    job, cmd = fv.job, fv.cmd
+    impl = fv.value("transformer_impl")
+    backend = str(fv.value("attention_backend") or "auto").split(".")[-1].lower()
+    flash = any(fv.value(d) is True for d in ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_v2",
+                                              "use_flash_attn_triton", "use_flash_attn_builder"))
+    if backend in ("unfused", "local") or (impl == "local" and not flash) or \
+            (cmd.flavour == "megatron-deepspeed" and not flash):
+        job.attention = "unfused"
+    job.fused_cross_entropy = fv.on("cross_entropy_loss_fusion")
+
+
+def _deepspeed(fv: FlagValues) -> None:
+    from guard.job.from_deepspeed import apply_config
+
+    job, cmd = fv.job, fv.cmd
+    job.ds_pipeline = (job.layout.pp or 1) > 1 and not fv.on("no_pipeline_parallel")
+    stage = fv.int("zero_stage")
+    source = cmd.deepspeed_config
+    config = source.data if source else {}
+    flag_precision = job.params_dtype
+    apply_config(job, config, source.label if source else cmd.path, locate=source.locate if source else None)
+    if not source or not _precision_in(config):
+        # no config, or one that says nothing of precision: Megatron-DeepSpeed's own flags decide
+        job.params_dtype = flag_precision
+        job.grads_dtype = flag_precision
+        if source is None and cmd.given("deepspeed_config"):
+            job.notes.append(f"the DeepSpeed config {cmd.v('deepspeed_config')} was not found: precision from "
+                             "the command's flags")
+    if stage is not None and not (config.get("zero_optimization") or {}).get("stage"):
+        job.zero_stage = stage
+        job.origins["zero_stage"] = fv.origin("zero_stage")
+    job.distributed_optimizer = False
+
+
+def _precision_in(config: dict) -> bool:
+    return any(isinstance(config.get(k), dict) and "enabled" in config[k] for k in ("fp16", "bf16", "bfloat16"))
+
+
+def _unmodelled(fv: FlagValues) -> None:
+    job, cmd = fv.job, fv.cmd
+    for dest, feature in UNMODELLED_FLAGS:
+        if cmd.given(dest) and fv.value(dest) not in (None, False, 0):
+            job.unmodelled.append((feature, cmd.option(dest)))
+            job.origins[f"unmodelled:{feature}"] = fv.origin(dest)

@@ -1,0 +1,132 @@
+"""TrainingJob: the one description of a training job that rules, the memory model and the planner read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from guard.job.architecture import Architecture
+from guard.job.layout import ParallelLayout
+from guard.job.origin import Origin
+from guard.job.stages import Chunk
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "uint8": 1}
+
+
+class IncompleteJob(ValueError):
+    """The job lacks a value a feature needs (the message names the value and how to give it)."""
+
+
+@dataclass
+class TrainingJob:
+    """Pure data. Readers fill it (each value with an Origin in `origins`), features read it.
+
+    `missing` holds what could not be read and why (an unresolved variable, no launcher, no vocabulary):
+    the rules judge what is known; the estimate refuses with the first reason (`require`).
+    """
+
+    arch: Architecture | None
+    framework: str  # "megatron", "deepspeed" (HF model under DeepSpeed), "megatron-deepspeed"
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    # batch
+    seq_length: int = 2048
+    micro_batch: int = 1
+    global_batch: int | None = None
+    num_microbatches: int = 1
+    microbatch_group: int | None = None  # interleaved schedule's G (default pp)
+    padded_vocab: int | None = None
+    chunks: list[list[Chunk]] = field(default_factory=list)  # [pp_rank][chunk], from layout.split
+    # precision and optimizer
+    params_dtype: str = "bf16"
+    grads_dtype: str = "fp32"  # the gradient buffer (Megatron main_grad / DeepSpeed reduce dtype)
+    optimizer: str = "adam"  # adam (also AdamW) or sgd
+    sgd_momentum: bool = True
+    optimizer_impl: str = "fused"  # fused (Apex/TE/DeepSpeed FusedAdam) | torch (foreach: temporaries at step)
+    main_params_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
+    # sharding: Megatron's distributed optimizer, or DeepSpeed ZeRO with the keys that choose its code paths
+    distributed_optimizer: bool = False
+    zero_stage: int = 0
+    zero_keys: dict[str, Any] = field(default_factory=dict)  # contiguous_gradients, overlap_comm, ...
+    offload_optimizer: str = "none"  # none | cpu | nvme
+    offload_param: str = "none"
+    zero_buckets: dict[str, float] = field(default_factory=dict)
+    param_groups: list[list[int]] | None = None  # numel of each tensor per optimizer group (ZeRO's flat layout)
+    ds_pipeline: bool = False  # DeepSpeed's pipeline engine schedule
+    frozen: tuple[str, ...] = ()  # parts whose weights get no gradient or optimizer state ("language model", ...)
+    # activations
+    recompute: str = "none"  # none | selective | full
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    distribute_saved_activations: bool = False
+    attention: str = "flash"  # flash (flash/fused/cuDNN: no s^2 term) | unfused
+    eager: bool = False  # eager PyTorch ops (transformers models): unfused norms, rotary, SwiGLU
+    mask_bytes: int = 1  # dropout masks: CUDA's fused dropout keeps 1 byte; the CPU path keeps the activation dtype
+    softmax_bytes: int | None = None  # unfused attention probabilities (None: the activation dtype; fp32 on CPU)
+    # norms: fused (TE, Apex, torch on CUDA: the input and fp32 statistics) | torch_cpu (torch's CPU kernels:
+    # LayerNorm keeps its statistics in the activation dtype, RMSNorm runs composite and keeps fp32 copies)
+    norm_kernel: str = "fused"
+    rope_kernel: str = "fused"  # fused (no per-layer copies) | unfused (cos and sin cast copies for Q and for K)
+    fused_cross_entropy: bool = False
+    checkpoint_partition: bool = False  # DeepSpeed activation checkpointing: partition_activations
+    checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing
+    overlap_param_gather: bool = False
+    gpu: str | None = None  # the GPU it runs on (a catalog name or a size), when known
+    overrides: dict[str, float] = field(default_factory=dict)  # runtime/buffer terms set by the user (--set)
+    origins: dict[str, Origin] = field(default_factory=dict)
+    unmodelled: list[tuple[str, str]] = field(default_factory=list)  # (feature, setting that asks for it)
+    missing: dict[str, str] = field(default_factory=dict)  # value -> why it is not known
+    notes: list[str] = field(default_factory=list)
+
+    # -- reading ------------------------------------------------------------------------------------
+    @property
+    def dp(self) -> int:
+        return self.layout.dp or 1
+
+    @property
+    def vocab(self) -> int:
+        return self.padded_vocab or self.arch.vocab
+
+    def origin(self, key: str) -> Origin:
+        return self.origins.get(key) or Origin("default", key)
+
+    def require(self) -> None:
+        """Refuse a job the memory model cannot price: a layout that cannot run, then the first missing value."""
+        problems = [p for p in self.layout.problems(self.arch.num_experts if self.arch else None)
+                    if p.code != "unknown"]
+        if problems:
+            world = self.origins.get("layout.world")
+            why = f" ({world.describe()})" if world and "world" in problems[0].fields else ""
+            raise IncompleteJob(f"{self.origin('command').path or 'the job'}: {problems[0].message}{why}")
+        if self.missing:
+            raise IncompleteJob(next(iter(self.missing.values())))
+
+    def required(self) -> "TrainingJob":
+        """The job itself once `require` passes (for one-expression use)."""
+        self.require()
+        return self
+
+    # -- changing (the planner and the launcher) ---------------------------------------------------
+    def with_layout(self, layout: ParallelLayout, origin: Origin | None = None) -> "TrainingJob":
+        """A copy on another layout: DP, microbatches and the stage split follow."""
+        job = replace(self, layout=layout, origins=dict(self.origins), notes=list(self.notes),
+                      unmodelled=list(self.unmodelled), missing=dict(self.missing))
+        if self.global_batch and layout.dp:
+            job.num_microbatches = max(1, self.global_batch // (self.micro_batch * layout.dp))
+        if self.arch is not None:
+            job.chunks = layout.split(self.arch.num_layers)
+        if origin is not None:
+            job.origins["layout"] = origin
+        return job
+
+
+LAYOUT_FIELDS = {"world_size": "world", "gpus_per_node": "gpus_per_node", "tp": "tp", "pp": "pp", "vpp": "vpp",
+                 "cp": "cp", "ep": "ep", "etp": "etp", "ulysses": "ulysses", "sequence_parallel": "sequence_parallel"}
+
+
+def new_job(arch: Architecture | None, framework: str, **values: Any) -> TrainingJob:
+    """A job from flat values: the layout's degrees (world_size, tp, pp, ...) go to its ParallelLayout."""
+    layout = {LAYOUT_FIELDS[k]: values.pop(k) for k in list(values) if k in LAYOUT_FIELDS}
+    return TrainingJob(arch=arch, framework=framework, layout=ParallelLayout(**layout), **values)
