@@ -118,7 +118,7 @@ class Checker:
         from guard.job.from_megatron import read_megatron
         from guard.rules.megatron_context import MegatronCheck
 
-        check = MegatronCheck(cmd, read_megatron(cmd), self.settings.gpu)
+        check = MegatronCheck(cmd, read_megatron(cmd), self.settings.gpu, self.settings.gpu_memory)
         for registered in CHECKS:
             if registered.target == "megatron" and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(check)

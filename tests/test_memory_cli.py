@@ -44,7 +44,7 @@ def test_json_contract_has_one_entry_per_rank():
     (["estimate", SEED, "--gpu-memory", "lots"], "expected a size"),
     (["estimate", SEED, "--set", "cuda_context"], "NAME=VALUE"),
     (["estimate", SEED, "--set", "warp_drive=1GiB"], "NAME=VALUE"),
-    (["estimate", SEED, "--world-size", "6"], "does not divide"),
+    (["estimate", SEED, "--world-size", "6", "--force-world-size"], "does not divide"),
     (["estimate", "--deepspeed", "examples/memory/ds_zero3_llama2_7b.json", "--world-size", "8"], "--hf-config"),
     (["estimate", "--deepspeed", "examples/memory/ds_zero3_llama2_7b.json", "--model", "llama-2-7b"],
      "--world-size"),
@@ -163,3 +163,20 @@ def test_terminal_output_is_a_rich_table():
     out = io.StringIO()
     memory_text.write(estimate(read_megatron(job).required()), out, color=True)
     assert "\x1b[" in out.getvalue() and "peak GiB" in out.getvalue()
+
+
+def test_launcher_world_wins_over_world_size_unless_forced():
+    """The seed script's launcher starts 8 ranks (PP 4 x DP 2); --world-size 16 is overruled, and said so."""
+    code, out, err = run_guard("estimate", SEED, "--world-size", "16", "--format", "json")
+    data = json.loads(out)
+    assert data["layout"]["world_size"] == 8 and data["layout"]["dp"] == 2
+    assert any("--world-size says 16 ranks" in note for note in data["notes"])
+    code, out, err = run_guard("estimate", SEED, "--world-size", "16", "--force-world-size", "--format", "json")
+    assert json.loads(out)["layout"]["world_size"] == 16 and json.loads(out)["layout"]["dp"] == 4
+
+
+def test_size_without_unit_is_refused_with_a_hint():
+    code, out, err = run_guard("estimate", SEED, "--gpu-memory", "80")
+    assert code == 2 and "no unit" in err and "80GiB" in err and "80GB" in err
+    code, out, err = run_guard("check", "--isolated", "--gpu-memory", "80GiB", SEED)
+    assert code in (0, 1) and "Traceback" not in err

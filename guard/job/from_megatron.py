@@ -55,6 +55,10 @@ def read_layout(fv: FlagValues) -> ParallelLayout:
     else:
         etp = _int_or_none(cmd, "expert_tensor_parallel_size", None)
     world = cmd.world_size
+    if cmd.world_conflict:
+        ours, label = cmd.world_conflict
+        job.notes.append(f"{label} says {ours} ranks, the launcher starts {world} ({cmd.world_size_why}): "
+                         "the launcher's world is used (--force-world-size to use yours)")
     if world is not None:
         job.origins["layout.world"] = _world_origin(cmd)
     else:

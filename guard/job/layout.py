@@ -60,6 +60,17 @@ class ParallelLayout:
         return self.world // mp
 
     @property
+    def seq_shards(self) -> int:
+        """Ranks one sequence is split over outside attention: CP x Ulysses SP."""
+        return (self.cp or 1) * (self.ulysses or 1)
+
+    @property
+    def zero_shard(self) -> int | None:
+        """Ranks ZeRO partitions over: DeepSpeed uses the sequence-data-parallel group, DP x Ulysses SP
+        (deepspeed/runtime/engine.py: dp_process_group=self.seq_data_parallel_group)."""
+        return None if self.dp is None else self.dp * (self.ulysses or 1)
+
+    @property
     def expert_tp(self) -> int | None:
         return self.etp if self.etp is not None else self.tp
 

@@ -119,6 +119,11 @@ def _precision_in(config: dict) -> bool:
 
 def _unmodelled(fv: FlagValues) -> None:
     job, cmd = fv.job, fv.cmd
+    if (job.layout.ulysses or 1) > 1:
+        job.unmodelled.append(("DeepSpeed-Ulysses all-to-all buffers (activations priced at s / SP)",
+                               cmd.option("ds_sequence_parallel_size")))
+        job.origins["unmodelled:DeepSpeed-Ulysses all-to-all buffers (activations priced at s / SP)"] = \
+            fv.origin("ds_sequence_parallel_size")
     for dest, feature in UNMODELLED_FLAGS:
         if cmd.given(dest) and fv.value(dest) not in (None, False, 0):
             job.unmodelled.append((feature, cmd.option(dest)))

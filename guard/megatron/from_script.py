@@ -97,17 +97,27 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
                       anchor=Span(launch.command.span.line, launch.command.span.col), launch=launch)
     if not launch.layers and launch.program is None:
         job.env = None  # a bare command line: the environment it runs in is not in the file
-    if settings.world_size:
-        job.world_size, job.world_size_why = settings.world_size, "--world-size"
-    elif launch.layers:
-        job.world_size, job.world_size_why = launch.world_size, launch.why
-        job.world_token = launch.where.token() if launch.where is not None else None
-    else:
-        job.world_size_why = "no launcher in the script"
+    _world(job, launch, settings)
     job.gpus_per_node = settings.gpus_per_node or launch.gpus_per_node
     job.nodes = launch.nodes
     attach_deepspeed_config(job, script)
     return job
+
+
+def _world(job: MegatronJob, launch: Launch, settings: Settings) -> None:
+    """The launcher's world wins over --world-size / [tool.guard] unless forced; a disagreement is kept."""
+    ours = settings.world_size
+    theirs = launch.world_size if launch.layers else None
+    if theirs is not None and not (ours and settings.force_world_size):
+        job.world_size, job.world_size_why, job.world_size_source = theirs, launch.why, "launcher"
+        job.world_token = launch.where.token() if launch.where is not None else None
+        if ours and ours != theirs:
+            job.world_conflict = (ours, settings.world_size_label or "--world-size")
+    elif ours:
+        job.world_size, job.world_size_why = ours, settings.world_size_label or "--world-size"
+        job.world_size_source = settings.world_size_source or "cli"
+    else:
+        job.world_size_why = launch.why if launch.layers else "no launcher in the script"
 
 
 def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | None:
@@ -128,7 +138,8 @@ def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | No
     table = choose_table([t.text for t in tokens], settings, program)
     job = MegatronJob(path=label, args=parse(tokens, table), table=table, env=None, program=program)
     if settings.world_size:
-        job.world_size, job.world_size_why = settings.world_size, "--world-size"
+        job.world_size, job.world_size_why = settings.world_size, settings.world_size_label or "--world-size"
+        job.world_size_source = settings.world_size_source or "cli"
     job.gpus_per_node = settings.gpus_per_node
     attach_deepspeed_config(job, script)
     return job

@@ -27,6 +27,7 @@ class MegatronJob:
     world_size_why: str = ""
     world_size_source: str = ""  # "launcher", "settings" ([tool.guard]) or "cli" (--world-size)
     world_token: ArgToken | None = None  # the launcher option that decides the world size
+    world_conflict: tuple[int, str] | None = None  # a world size the user gave that the launcher overrules
     gpus_per_node: int | None = None
     nodes: int | None = None
     launcher: str = ""

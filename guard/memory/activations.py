@@ -21,7 +21,7 @@ def layer_terms(setup: TrainingJob, index: int, recompute: bool = True) -> dict[
     """Saved-for-backward bytes of layer `index` for one microbatch (selective recompute applied if asked)."""
     arch = setup.arch
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    s = setup.seq_length / setup.layout.cp
+    s = setup.seq_length / setup.layout.seq_shards
     b, h, t = setup.micro_batch, arch.hidden, setup.layout.tp
     rep = t if setup.layout.sequence_parallel else 1  # sequence parallel shards the otherwise replicated part
     sb = s * b
@@ -37,6 +37,9 @@ def layer_terms(setup: TrainingJob, index: int, recompute: bool = True) -> dict[
     heads = arch.heads / t
     if "core_attn" not in drop:
         if setup.attention == "unfused":
+            # Ulysses SP: after the all-to-all a rank holds heads/u over the whole sequence, u times the
+            # (heads, s/u) square the local sequence alone would give
+            heads *= setup.layout.ulysses
             terms["softmax output"] = (setup.softmax_bytes or act) * heads * s * s * b
             if arch.attention_dropout > 0:
                 terms["attention dropout mask"] = setup.mask_bytes * heads * s * s * b
@@ -142,7 +145,7 @@ def _mlp_terms(act: int, sb: float, ffn: int, glu: int, t: int, eager: bool, lab
 def checkpoint_bytes(setup: TrainingJob) -> float:
     """What full recompute keeps per checkpoint: the layer-group input."""
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    size = act * setup.seq_length / setup.layout.cp * setup.micro_batch * setup.arch.hidden
+    size = act * setup.seq_length / setup.layout.seq_shards * setup.micro_batch * setup.arch.hidden
     if setup.layout.sequence_parallel or setup.distribute_saved_activations or setup.checkpoint_partition:
         size /= setup.layout.tp
     return 0.0 if setup.checkpoint_cpu else size
@@ -172,7 +175,7 @@ def logits_bytes(setup: TrainingJob) -> tuple[float, float]:
     Megatron's vocab-parallel cross entropy upcasts the logits to fp32 and keeps the fp32 softmax for
     backward; the fused loss keeps 16-bit logits only. Eager transformers also keep the returned logits.
     """
-    s = setup.seq_length / setup.layout.cp
+    s = setup.seq_length / setup.layout.seq_shards
     rows = s * setup.micro_batch * setup.vocab / setup.layout.tp
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     tokens = s * setup.micro_batch / (setup.layout.tp if setup.layout.sequence_parallel else 1)
@@ -186,7 +189,7 @@ def logits_bytes(setup: TrainingJob) -> tuple[float, float]:
 
 def embedding_bytes(setup: TrainingJob) -> float:
     """First stage, per microbatch: token ids (int64), position ids, and the embedding dropout mask."""
-    s = setup.seq_length / setup.layout.cp
+    s = setup.seq_length / setup.layout.seq_shards
     sb = s * setup.micro_batch
     out = 8 * sb * 2
     if setup.arch.hidden_dropout > 0:

@@ -135,7 +135,7 @@ def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
                        f"{[round(x / mib, 1) for x in sizes]} MiB (interleaved order simulated) = "
                        f"{stash / 2**30:.2f} GiB")
     if logits_stored:
-        explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.layout.cp} x {setup.micro_batch} x "
+        explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.layout.seq_shards} x {setup.micro_batch} x "
                        f"{setup.vocab} / {setup.layout.tp}; kept {logits_stored / mib:,.1f} MiB "
                        f"({'16-bit, fused loss' if setup.fused_cross_entropy else 'fp32 softmax for backward'}) "
                        f"+ transient {logits_transient / mib:,.1f} MiB")

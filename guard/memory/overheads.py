@@ -68,7 +68,7 @@ def buffers(setup: TrainingJob, rank_params: int, largest_layer_params: int, rep
     p_b = DTYPE_BYTES[setup.params_dtype]
     out: dict[str, float] = {"cuBLAS workspace": setting(setup, "cublas_workspace")}
     step: dict[str, float] = {}
-    hidden_msg = act * setup.seq_length / setup.layout.cp * setup.micro_batch * setup.arch.hidden
+    hidden_msg = act * setup.seq_length / setup.layout.seq_shards * setup.micro_batch * setup.arch.hidden
     if setup.layout.sequence_parallel:
         hidden_msg /= setup.layout.tp
     if setup.layout.pp > 1:

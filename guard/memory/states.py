@@ -69,7 +69,7 @@ def zero_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) 
       copy) and converts that to fp32 (another, for 16-bit models) before the inner optimizer runs.
     - Stage 3 copies its gradient partition to fp32 for the step, whatever the model's dtype.
     """
-    psi, n, stage = inv.total, setup.dp, setup.zero_stage
+    psi, n, stage = inv.total, setup.layout.zero_shard or 1, setup.zero_stage
     low = setup.params_dtype != "fp32"
     p_b = DTYPE_BYTES[setup.params_dtype]
     moments = moment_bytes(setup)

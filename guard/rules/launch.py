@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from guard.megatron.job import MegatronJob
+from guard.rules.megatron_context import MegatronCheck
 from guard.rules.registry import check, rule
 
 LAUNCHER_CONFLICT = rule(
@@ -27,6 +27,17 @@ LOCAL_RANK = rule(
         "`error: unrecognized arguments: --local_rank=0`.",
     example="deepspeed --num_gpus 8 pretrain_gpt.py ...   # Megatron-LM",
     use_instead="deepspeed --num_gpus 8 --no_local_rank pretrain_gpt.py ...   # or torchrun",
+)
+
+WORLD_CONFLICT = rule(
+    "LCH003", "world-size-disagrees-with-launcher", "warning",
+    "--world-size or [tool.guard] world-size disagrees with the world the launcher starts.",
+    what="The launcher (torchrun, deepspeed, srun, ...) decides how many ranks start; a world size given to "
+         "guard that differs is overruled, and this says so at the launcher option.",
+    why="Checking and estimating a 16-rank job that the script launches on 4 ranks judges the wrong job; "
+        "either the setting is stale or the script is.",
+    example="guard check --world-size 16 train.sh   # torchrun --nproc-per-node 4 --nnodes 1",
+    use_instead="fix the stale one, or pass --force-world-size when the launcher's value is not what runs",
 )
 
 SYNTAX = rule(
@@ -62,8 +73,21 @@ NO_COMMAND = rule(
 )
 
 
+@check(WORLD_CONFLICT, target="megatron")
+def world_conflict(job: MegatronCheck) -> None:
+    if job.world_conflict is None:
+        return
+    ours, label = job.world_conflict
+    token = job.world_token
+    job.report_at(WORLD_CONFLICT, token.span if token else job.anchor, None,
+                  f"{label} says {ours} ranks but the launcher starts {job.world_size} ({job.world_size_why}): "
+                  f"guard judges the launcher's {job.world_size}",
+                  help="fix the stale value, or pass --force-world-size to judge the job on your world size",
+                  path=(token.path or None) if token else None)
+
+
 @check(LAUNCHER_CONFLICT, LOCAL_RANK, target="megatron")
-def launcher(job: MegatronJob) -> None:
+def launcher(job: MegatronCheck) -> None:
     launch = job.launch
     if launch is None:
         return

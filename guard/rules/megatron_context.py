@@ -13,8 +13,8 @@ from guard.rules.registry import Rule
 class MegatronCheck:
     """Flag-level questions go to the command; layout and batch come from the job (DP is computed once)."""
 
-    def __init__(self, cmd: MegatronJob, job: TrainingJob, gpu: str | None = None):
-        self.cmd, self.job, self.gpu = cmd, job, gpu
+    def __init__(self, cmd: MegatronJob, job: TrainingJob, gpu: str | None = None, gpu_memory: str | None = None):
+        self.cmd, self.job, self.gpu, self.gpu_memory = cmd, job, gpu, gpu_memory
         self.diagnostics: list[Diagnostic] = []
 
     def __getattr__(self, name: str) -> Any:  # v, given, known, int_, flag_span, option, table, path, env, ...

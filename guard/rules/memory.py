@@ -46,7 +46,7 @@ DRIVERS = {"activations": "micro_batch", "embedding_activations": "micro_batch",
 
 @check(PREDICTED_OOM, UNMODELLED, NOT_ESTIMATED, target="megatron")
 def predicted_oom(job: MegatronCheck) -> None:
-    if not job.gpu:
+    if not (job.gpu or job.gpu_memory):
         return
     from guard.diagnostic import Span
     from guard.memory.estimate import estimate
@@ -60,7 +60,7 @@ def predicted_oom(job: MegatronCheck) -> None:
     except IncompleteJob as err:
         job.report_at(NOT_ESTIMATED, job.anchor, None, f"memory not estimated: {err}")
         return
-    result = estimate(setup, choose_gpu(job.gpu))
+    result = estimate(setup, choose_gpu(job.gpu, job.gpu_memory))
     for feature, flag in setup.unmodelled:
         origin = setup.origins.get(f"unmodelled:{feature}")
         span = Span(origin.line, origin.col) if origin else job.anchor
