@@ -12,6 +12,7 @@ class CheckResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
     unreadable: bool = False
+    jobs: list = field(default_factory=list)  # the TrainingJob of every Megatron command judged, in order
 
     @property
     def exit_code(self) -> int:

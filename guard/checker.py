@@ -38,6 +38,7 @@ class Checker:
         self.version = resources.version_tuple(self.version_text)
         self.schema = deepspeed_schema.load(resources.nearest_deepspeed_version(self.version))
         self.top_level_keys = set(self.schema.known_keys(()))  # once, not per file
+        self.jobs: list = []  # the TrainingJob of each Megatron command, handed to the result
 
     def run(self, paths: list[str], megatron_args: list[str] = ()) -> CheckResult:
         result = CheckResult()
@@ -50,6 +51,7 @@ class Checker:
             result.files += 1
             result.diagnostics.extend(self.check_argv(text))
         result.diagnostics.sort(key=Diagnostic.sort_key)
+        result.jobs, self.jobs = self.jobs, []
         return result
 
     def check_file(self, path: str, explicit: bool = True) -> tuple[list[Diagnostic], bool]:
@@ -119,6 +121,7 @@ class Checker:
         from guard.rules.megatron_context import MegatronCheck
 
         check = MegatronCheck(cmd, read_megatron(cmd), self.settings.gpu, self.settings.gpu_memory)
+        self.jobs.append(check.job)
         for registered in CHECKS:
             if registered.target == "megatron" and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(check)

@@ -82,6 +82,11 @@ def _deepspeed_experts(fv: FlagValues, layers: int, ffn: int) -> dict:
         fv.job.unmodelled.append(("different expert counts per MoE layer (priced at the largest)",
                                   fv.cmd.option("num_experts")))
     residual = fv.value("mlp_type") == "residual"
+    fv.job.unmodelled.append(("DeepSpeed MoE's capacity-based dispatch buffers (routing priced as megatron-core's)",
+                              fv.cmd.option("num_experts")))
+    if residual:
+        fv.job.notes.append("--mlp-type residual: the dense MLP beside the experts is priced as a shared expert "
+                            "(its 2-way coefficient layer, h x 2 weights, is left out)")
     return {"num_experts": max(counts), "moe_ffn_hidden": ffn, "moe_topk": fv.int("topk") or 1,
             "shared_expert_ffn": ffn if residual else 0,
             "moe_layers": tuple((i + 1) % interval == 0 for i in range(layers))}

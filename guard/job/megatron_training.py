@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from guard.job.flag_values import FlagValues
+from guard.job.megatron_program import read_program
 
 # Flags whose memory effect guard does not model: (dest, feature). Each one present becomes a diagnostic.
 UNMODELLED_FLAGS = [
@@ -20,6 +21,7 @@ UNMODELLED_FLAGS = [
 
 
 def read_training(fv: FlagValues) -> None:
+    read_program(fv)
     _precision(fv)
     _recompute(fv)
     _kernels(fv)

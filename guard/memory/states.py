@@ -132,6 +132,13 @@ def zero_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) 
 
 
 def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) -> States:
-    if setup.framework == "megatron":
-        return megatron_states(setup, inv)
-    return zero_states(setup, inv, dp_rank)
+    out = megatron_states(setup, inv) if setup.framework == "megatron" else zero_states(setup, inv, dp_rank)
+    if "language model" in setup.frozen:
+        # requires_grad False: DDP allocates no gradient buffer and the optimizer holds no state for these
+        # weights (megatron/core/distributed/distributed_data_parallel.py and optimizer/__init__.py take
+        # only parameters that require grad); only the weights stay
+        out.grads = out.optimizer = out.step_transient = out.host = 0
+        out.terms = {k: v for k, v in out.terms.items() if k == "parameters"}
+        out.step_terms, out.host_terms = {}, {}
+        out.explain.append("the language model is frozen (--freeze-LM): no gradients, no optimizer state")
+    return out
