@@ -103,7 +103,9 @@ class Checker:
         found = analyse(path, text, self.settings, explicit)
         if not explicit and not found.jobs:
             return [], False  # a script found by walking a folder that launches no Megatron job: not ours
-        diags = list(found.diagnostics)
+        from guard.rules.launch import SCRIPT_FINDINGS
+
+        diags = [SCRIPT_FINDINGS[f.kind].diagnostic(f.path, f.message, f.span) for f in found.findings]
         for job in found.jobs:
             diags.extend(self._run_megatron(job))
         for heredoc in found.script.heredocs if found.script else []:

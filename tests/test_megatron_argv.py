@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from guard.diagnostic import Span
 from guard.megatron import flag_table
-from guard.megatron.argv import ArgToken, parse
+from guard.megatron.argv import parse
+from guard.token import ArgToken
 
 TABLE = flag_table.load("main-d98e8a6")
 SIMPLE_TYPES = {"int": int, "float": float, "str": str, None: None}

@@ -108,8 +108,8 @@ def _megatron_command(inputs: JobInputs, scripts: list[str], settings: Settings)
         raise InputError(f"{path}: {err.message}") from None
     result = analyse(path, text, settings)
     if not result.jobs:
-        first = result.diagnostics[0] if result.diagnostics else None
-        where = f"{path}:{first.line}:{first.col}: " if first else f"{path}: "
+        first = result.findings[0] if result.findings else None
+        where = f"{path}:{first.span.line}:{first.span.col}: " if first else f"{path}: "
         raise InputError(where + (first.message if first else "no Megatron command in this file"))
     return result.jobs[0]
 

@@ -6,25 +6,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from guard.diagnostic import Span
 from guard.megatron.flag_table import SWITCH_ACTIONS, Flag, FlagTable
+from guard.token import ArgToken
 
 # argparse treats '-1' and '-.5' as values, not options, when no option looks like a negative number
 NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-
-
-@dataclass(frozen=True)
-class ArgToken:
-    """One word of the command line as the program receives it, and where it was written."""
-
-    text: str
-    span: Span
-    path: str = ""
-    resolved: bool = True  # False when a shell value could not be known statically
-    raw: str = ""  # as written in the script, before expansion ("$TP", "${GBS:-8}")
-
-    def describe(self) -> str:
-        return self.raw or self.text
 
 
 @dataclass

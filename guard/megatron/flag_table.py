@@ -95,7 +95,7 @@ class FlagTable:
 
     def suggest(self, option: str) -> str | None:
         """The closest real flag for a mistyped one ('_' vs '-' and case do not count as typos)."""
-        from guard.rules.context import closest
+        from guard.suggest import closest
 
         return closest(option, self.by_option, cutoff=0.75)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from guard.diagnostic import Diagnostic, Span
+from guard.diagnostic import Span
 from guard.megatron import flag_table
 from guard.megatron.argv import parse
 from guard.megatron.ds_config import attach_deepspeed_config
@@ -22,12 +22,22 @@ DEEPSPEED_MARKERS = {"--deepspeed", "--deepspeed_config", "--deepscale", "--zero
 MAX_SCRIPT_BYTES = 5_000_000
 
 
+@dataclass(frozen=True)
+class ScriptFinding:
+    kind: str  # "syntax", "source" (a file it sources), "no-command"
+    path: str
+    message: str
+    span: Span = Span(1, 1)
+
+
 @dataclass
 class ScriptResult:
     jobs: list[MegatronJob] = field(default_factory=list)
     script: Script | None = None
     heredoc_configs: list[tuple[Heredoc, Any]] = field(default_factory=list)  # (heredoc, Document)
-    diagnostics: list[Diagnostic] = field(default_factory=list)  # about the script itself
+    findings: list[ScriptFinding] = field(default_factory=list)  # about the script itself (data; rules name them)
+
+
 
 
 def choose_table(words: list[str], settings: Settings, program: str = "") -> flag_table.FlagTable:
@@ -59,14 +69,12 @@ def _bare_launch(script: Script) -> list[Launch]:
 
 
 def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> ScriptResult:
-    from guard.rules.launch import NO_COMMAND, SOURCE, SYNTAX
-
     result = ScriptResult()
     script = interpret(path, text)
     result.script = script
     for finding in script.findings:
-        rule = SYNTAX if finding.kind == "syntax" else SOURCE
-        result.diagnostics.append(rule.diagnostic(finding.path, finding.message, finding.span))
+        kind = "syntax" if finding.kind == "syntax" else "source"
+        result.findings.append(ScriptFinding(kind, finding.path, finding.message, finding.span))
     found = find_launches(script)
     launches = [l for l in found if _megatron_like(l.args)]
     known_commands = {id(l.command) for l in found}
@@ -74,8 +82,8 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
         launches = [l for l in _bare_launch(script) if id(l.command) not in known_commands
                     and _megatron_like(l.args)]
     if not launches and explicit:
-        result.diagnostics.append(NO_COMMAND.diagnostic(
-            path, "no command of this script starts a Megatron program: nothing was checked"))
+        result.findings.append(ScriptFinding(
+            "no-command", path, "no command of this script starts a Megatron program: nothing was checked"))
     env = {name: EnvVar(value.text if value.resolved else None, span, where)
            for name, (value, span, where) in script.exports.items()}
     for launch in launches:

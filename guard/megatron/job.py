@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.diagnostic import Related, Span
-from guard.megatron.argv import ArgToken, ParsedArgs
+from guard.megatron.argv import ParsedArgs
 from guard.megatron.ds_config import DsConfigSource
 from guard.megatron.flag_table import FlagTable
+from guard.token import ArgToken
 
 
 @dataclass

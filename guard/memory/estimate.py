@@ -125,8 +125,19 @@ def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
              "transient": {"recompute working set": working, "backward gradient temporaries": grad_temps,
                            "loss fp32 upcast": logits_transient},
              "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
-    explain = list(states.explain)
+    explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
+                                              logits_transient)
+    return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components,
+                         "optimizer step" if in_step else "forward/backward",
+                         {"forward/backward": round(fwd), "optimizer step": round(step)}, states.host, terms, explain)
+
+
+def _explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float], inflight: float, stash: float,
+             logits_stored: float, logits_transient: float) -> list[str]:
+    """The stash, logits and padding formulas with their numbers, for --explain."""
     mib = 2**20
+    all_layers = [i for c in chunks for i in c.layers]
+    explain: list[str] = []
     if len(chunks) == 1 and all_layers:
         explain.append(f"activations = {inflight} microbatches x {sizes[0] / mib:,.1f} MiB (the stage's "
                        f"{len(all_layers)} layers, one microbatch) = {stash / 2**30:.2f} GiB")
@@ -142,9 +153,7 @@ def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
     if padding_params(setup, inv):
         explain.append(f"vocabulary padding: {padding_params(setup, inv):,} of the embedding parameters "
                        f"(vocab {setup.arch.vocab:,} padded to {setup.vocab:,})")
-    return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components,
-                         "optimizer step" if in_step else "forward/backward",
-                         {"forward/backward": round(fwd), "optimizer step": round(step)}, states.host, terms, explain)
+    return explain
 
 
 def _largest_layer_params(setup: TrainingJob, layers: tuple[int, ...]) -> int:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from guard.rules.context import DsConfig, did_you_mean
+from guard.rules.context import DsConfig
 from guard.rules.registry import check, rule
+from guard.suggest import did_you_mean
 
 LAUNCH = "accelerate/commands/launch.py (DeepSpeed Arguments; _validate_launch_command)"
 PLUGIN = "accelerate/utils/dataclasses.py: DeepSpeedPlugin"

@@ -9,6 +9,7 @@ from guard.deepspeed_schema import SchemaIndex
 from guard.diagnostic import Diagnostic, Related, Span
 from guard.rules.registry import Rule
 from guard.sources.document import Document, escape
+from guard.suggest import closest, did_you_mean  # noqa: F401  (rules import them from their context)
 
 MISSING = object()
 
@@ -119,21 +120,6 @@ def flag(value: Any, default: bool, *, pydantic: bool = True) -> bool:
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
     return default
-
-
-def closest(word: str, choices: Any, cutoff: float = 0.6) -> str | None:
-    """The choice closest to `word`, ignoring case and '-' vs '_'; None if none is close enough."""
-    import difflib
-
-    folded = {str(c).lower().replace("-", "_"): str(c) for c in choices}
-    match = difflib.get_close_matches(word.lower().replace("-", "_"), list(folded), n=1, cutoff=cutoff)
-    return folded[match[0]] if match else None
-
-
-def did_you_mean(word: str, choices: Any) -> str | None:
-    """"did you mean 'x'?" for the closest choice; None if none is close."""
-    match = closest(word, choices)
-    return f"did you mean {match!r}?" if match else None
 
 
 def fmt(value: Any) -> str:

@@ -8,8 +8,9 @@ from typing import Any
 from guard import resources
 from guard.deepspeed_schema import SchemaIndex
 from guard.diagnostic import Related
-from guard.rules.context import DsConfig, did_you_mean, fmt
+from guard.rules.context import DsConfig, fmt
 from guard.rules.registry import check, rule
+from guard.suggest import did_you_mean
 
 UNKNOWN_REJECTED = rule(
     "DS101", "unknown-key-rejected", "error",

@@ -73,6 +73,10 @@ NO_COMMAND = rule(
 )
 
 
+# what the script reader finds about the script itself, by kind (guard.megatron.from_script.ScriptFinding)
+SCRIPT_FINDINGS = {"syntax": SYNTAX, "source": SOURCE, "no-command": NO_COMMAND}
+
+
 @check(WORLD_CONFLICT, target="megatron")
 def world_conflict(job: MegatronCheck) -> None:
     if job.world_conflict is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guard.diagnostic import Span
-from guard.megatron.argv import ArgToken
+from guard.token import ArgToken
 
 Pos = tuple[int, int]  # 1-based line, 1-based column (characters, not bytes)
 
