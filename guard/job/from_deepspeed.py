@@ -84,7 +84,8 @@ def apply_config(setup: TrainingJob, config: dict, label: str, precision: str | 
         momentum = (opt.get("params") or {}).get("momentum", 0)
         setup.sgd_momentum = isinstance(momentum, (int, float)) and momentum > 0
     elif "adam" not in kind:
-        setup.unmodelled.append((f"optimizer {opt.get('type')}", "/optimizer/type"))
+        setup.add_unmodelled(f"optimizer {opt.get('type')}", "/optimizer/type",
+                             key_origin(label, locate, "optimizer", "type"))
     ckpt = config.get("activation_checkpointing") or {}
     if isinstance(ckpt, dict):
         setup.checkpoint_partition = ckpt.get("partition_activations") is True
@@ -113,6 +114,8 @@ def read_deepspeed(config: dict, label: str, arch: Architecture, world: int, *, 
     job.origins["seq_length"] = Origin("cli", "--seq-length")
     apply_config(job, config, label, precision, locate)
     job.chunks = [[Chunk(tuple(range(arch.num_layers)), embedding=True, loss=True)]]
+    for feature in arch.unmodelled:
+        job.add_unmodelled(feature, arch.source or "--model / --hf-config")
     tensors = hf_tensors(arch)
     if tensors:  # the HF Trainer's decay / no-decay groups give ZeRO's flat layout
         job.param_groups = trainer_groups(tensors)

@@ -79,11 +79,11 @@ def _deepspeed_experts(fv: FlagValues, layers: int, ffn: int) -> dict:
     fv.job.origins["arch.num_experts"] = fv.origin("num_experts")
     interval = fv.int("expert_interval") or 2
     if len(set(counts)) > 1:
-        fv.job.unmodelled.append(("different expert counts per MoE layer (priced at the largest)",
-                                  fv.cmd.option("num_experts")))
+        fv.job.add_unmodelled("different expert counts per MoE layer (priced at the largest)",
+                              fv.cmd.option("num_experts"), fv.origin("num_experts"))
     residual = fv.value("mlp_type") == "residual"
-    fv.job.unmodelled.append(("DeepSpeed MoE's capacity-based dispatch buffers (routing priced as megatron-core's)",
-                              fv.cmd.option("num_experts")))
+    fv.job.add_unmodelled("DeepSpeed MoE's capacity-based dispatch buffers (routing priced as megatron-core's)",
+                          fv.cmd.option("num_experts"), fv.origin("num_experts"))
     if residual:
         fv.job.notes.append("--mlp-type residual: the dense MLP beside the experts is priced as a shared expert "
                             "(its 2-way coefficient layer, h x 2 weights, is left out)")

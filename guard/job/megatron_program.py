@@ -34,8 +34,7 @@ def read_program(fv: FlagValues) -> None:
     if not program:
         job.notes.append("no program in the command: priced as pretrain_gpt.py's GPT decoder")
     elif program in OTHER_PROGRAMS:
-        job.unmodelled.append((OTHER_PROGRAMS[program], program))
-        job.origins[f"unmodelled:{OTHER_PROGRAMS[program]}"] = job.origins["command"]
+        job.add_unmodelled(OTHER_PROGRAMS[program], program, job.origins["command"])
     elif program not in GPT_PROGRAMS:
         job.notes.append(f"{program} is not a program guard knows: priced as a GPT decoder")
     frozen = tuple(part for dest, part in FREEZE_FLAGS.items()

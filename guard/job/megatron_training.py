@@ -51,7 +51,7 @@ def _precision(fv: FlagValues) -> None:
             job.grads_dtype = "bf16"
     job.overlap_param_gather = fv.on("overlap_param_gather")
     if str(fv.value("optimizer")) not in ("adam", "sgd", "adamw"):
-        job.unmodelled.append((f"optimizer {fv.value('optimizer')}", "--optimizer"))
+        job.add_unmodelled(f"optimizer {fv.value('optimizer')}", "--optimizer", fv.origin("optimizer"))
 
 
 def _recompute(fv: FlagValues) -> None:
@@ -72,11 +72,12 @@ def _recompute(fv: FlagValues) -> None:
     if modules:
         job.recompute_modules = tuple(modules if isinstance(modules, list) else str(modules).split())
         if "mla_up_proj" in job.recompute_modules:
-            job.unmodelled.append(("recompute of MLA up-projections", "--recompute-modules"))
+            job.add_unmodelled("recompute of MLA up-projections", "--recompute-modules",
+                               fv.origin("recompute_modules"))
     job.distribute_saved_activations = fv.on("distribute_saved_activations")
     if fv.on("overlap_moe_expert_parallel_comm"):
-        job.unmodelled.append(("the extra warm-up microbatch of --overlap-moe-expert-parallel-comm",
-                               "--overlap-moe-expert-parallel-comm"))
+        job.add_unmodelled("the extra warm-up microbatch of --overlap-moe-expert-parallel-comm",
+                           "--overlap-moe-expert-parallel-comm", fv.origin("overlap_moe_expert_parallel_comm"))
 
 
 def _kernels(fv: FlagValues) -> None:
@@ -122,11 +123,8 @@ def _precision_in(config: dict) -> bool:
 def _unmodelled(fv: FlagValues) -> None:
     job, cmd = fv.job, fv.cmd
     if (job.layout.ulysses or 1) > 1:
-        job.unmodelled.append(("DeepSpeed-Ulysses all-to-all buffers (activations priced at s / SP)",
-                               cmd.option("ds_sequence_parallel_size")))
-        job.origins["unmodelled:DeepSpeed-Ulysses all-to-all buffers (activations priced at s / SP)"] = \
-            fv.origin("ds_sequence_parallel_size")
+        job.add_unmodelled("DeepSpeed-Ulysses all-to-all buffers (activations priced at s / SP)",
+                           cmd.option("ds_sequence_parallel_size"), fv.origin("ds_sequence_parallel_size"))
     for dest, feature in UNMODELLED_FLAGS:
         if cmd.given(dest) and fv.value(dest) not in (None, False, 0):
-            job.unmodelled.append((feature, cmd.option(dest)))
-            job.origins[f"unmodelled:{feature}"] = fv.origin(dest)
+            job.add_unmodelled(feature, cmd.option(dest), fv.origin(dest))

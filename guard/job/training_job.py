@@ -103,6 +103,13 @@ class TrainingJob:
         if self.missing:
             raise IncompleteJob(next(iter(self.missing.values())))
 
+    def add_unmodelled(self, feature: str, setting: str, origin: Origin | None = None) -> None:
+        """A feature whose memory the model leaves out, named with the setting (and where) that asks for it."""
+        if (feature, setting) not in self.unmodelled:
+            self.unmodelled.append((feature, setting))
+        if origin is not None:
+            self.origins[f"unmodelled:{feature}"] = origin
+
     def required(self) -> "TrainingJob":
         """The job itself once `require` passes (for one-expression use)."""
         self.require()

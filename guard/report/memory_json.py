@@ -32,10 +32,19 @@ def to_dict(est: Estimate) -> dict:
         "peak": {"rank": est.stage_ranks(peak.pp_rank).start, "pp_rank": peak.pp_rank, "peak_bytes": peak.peak_bytes},
         "fits": est.fits,
         "host_bytes_per_node": est.host_bytes_per_node(),
-        "unmodelled": [{"feature": f, "setting": where} for f, where in s.unmodelled],
+        "unmodelled": [_unmodelled(s, f, where) for f, where in s.unmodelled],
         "notes": s.notes,
         "origins": {key: origin.describe() for key, origin in sorted(s.origins.items())},
     }
+
+
+def _unmodelled(job, feature: str, setting: str) -> dict:
+    """The feature, the flag or key that asks for it, and where it is written (when known)."""
+    out = {"feature": feature, "setting": setting}
+    origin = job.origins.get(f"unmodelled:{feature}")
+    if origin is not None and origin.path:
+        out.update(path=origin.path, line=origin.line, col=origin.col)
+    return out
 
 
 def write(est: Estimate, out: TextIO) -> None:
