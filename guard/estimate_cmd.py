@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from guard.cli_options import add_job_options, positive_int
+from guard.report import ESTIMATE_FORMATS, estimate_writer
 from guard.settings import Settings
 
 
@@ -36,7 +37,7 @@ def add_parser(sub) -> None:
     est.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="override a runtime term: cuda_context, nccl_per_group, cublas_workspace (sizes), "
                           "fragmentation (a fraction)")
-    est.add_argument("--format", choices=("text", "json"), default="text")
+    est.add_argument("--format", choices=ESTIMATE_FORMATS, default="text")
     est.add_argument("--explain", action="store_true", help="print every term with its formula and numbers")
     est.add_argument("--plot", default=None, metavar="FILE", help="stacked bars per stage (.png or .svg)")
 
@@ -80,7 +81,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from guard.memory import catalog
     from guard.memory.estimate import estimate
     from guard.memory.gpu_choice import choose_gpu
-    from guard.report import memory_json, memory_text
 
     if args.list_models:
         sys.stdout.write("models: " + ", ".join(presets.names()) + "\n")
@@ -90,15 +90,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     job = build(args, settings)
     job.overrides.update(_overrides(args.set))
     result = estimate(job, gpu)
-    if args.format == "json":
-        memory_json.write(result, sys.stdout)
-    else:
-        memory_text.write(result, sys.stdout, explain=args.explain, color=sys.stdout.isatty())
+    estimate_writer(args.format)(result, sys.stdout, explain=args.explain, color=sys.stdout.isatty())
     if args.plot:
-        from guard.report.memory_plot import plot
-
         try:
-            plot(result, args.plot)
+            estimate_writer("plot")(result, args.plot)
         except (RuntimeError, OSError, ValueError) as err:
             raise EstimateError(f"--plot: {err}") from None
     return 1 if result.fits is False else 0

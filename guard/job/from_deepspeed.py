@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from guard.job.accounting import account_keys
 from guard.job.architecture import Architecture
 from guard.job.layout import ParallelLayout
-from guard.job.origin import Origin
+from guard.job.origin import Origin, key_origin
 from guard.job.param_groups import hf_tensors, trainer_groups
 from guard.job.stages import Chunk
 from guard.job.training_job import IncompleteJob, TrainingJob
@@ -26,15 +27,6 @@ def _auto_bucket(key: str, hidden: int) -> float:
 
 def _enabled(section: Any) -> Any:
     return section.get("enabled") if isinstance(section, dict) else None
-
-
-def key_origin(label: str, locate, *path: str) -> Origin:
-    """A config key's origin: located in its file when the config came with a locator."""
-    dotted = ".".join(path)
-    if locate is None:
-        return Origin("key", dotted, label, pointer="/" + "/".join(path))
-    where, span = locate(*path)
-    return Origin("key", dotted, where, span.line, span.col, "/" + "/".join(path))
 
 
 def apply_config(setup: TrainingJob, config: dict, label: str, precision: str | None = None, locate=None) -> None:
@@ -114,6 +106,7 @@ def read_deepspeed(config: dict, label: str, arch: Architecture, world: int, *, 
     job.origins["seq_length"] = Origin("cli", "--seq-length")
     apply_config(job, config, label, precision, locate)
     job.chunks = [[Chunk(tuple(range(arch.num_layers)), embedding=True, loss=True)]]
+    account_keys(job, config, label, locate)
     for feature in arch.unmodelled:
         job.add_unmodelled(feature, arch.source or "--model / --hf-config")
     tensors = hf_tensors(arch)

@@ -55,17 +55,42 @@ def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings) -> Tr
     from guard.job.from_deepspeed import read_deepspeed
     from guard.job.layout import DEFAULT_GPUS_PER_NODE
 
-    if not settings.world_size:
-        raise InputError("give --world-size N for a DeepSpeed config")
     doc = _load_config(path)
+    config, locate, world, world_origin = _config_and_world(doc, path, settings)
+    if not world:
+        raise InputError("give --world-size N for a DeepSpeed config")
     try:
-        return read_deepspeed(doc.data, path, arch, settings.world_size, world_origin=settings_origin(settings),
+        return read_deepspeed(config, path, arch, world, world_origin=world_origin,
                               seq_length=inputs.seq_length, micro_batch=inputs.micro_batch,
                               precision=inputs.precision, gradient_checkpointing=inputs.gradient_checkpointing,
-                              gpus_per_node=settings.gpus_per_node or DEFAULT_GPUS_PER_NODE,
-                              locate=lambda *p: (path, doc.span("/" + "/".join(p))))
+                              gpus_per_node=settings.gpus_per_node or DEFAULT_GPUS_PER_NODE, locate=locate)
     except IncompleteJob as err:
         raise InputError(str(err)) from None
+
+
+def _config_and_world(doc, path: str, settings: Settings):
+    """A plain DeepSpeed config, or the one an accelerate YAML describes (its num_processes is the world,
+    as a launcher's is: it wins over --world-size unless forced)."""
+    from guard.job import from_accelerate
+    from guard.sources.deepspeed import ACCELERATE_MARKERS
+
+    def locate(*p):
+        return path, doc.span("/" + "/".join(p))
+
+    world, origin = settings.world_size, settings_origin(settings)
+    if doc.format != "yaml" or len(set(doc.data) & ACCELERATE_MARKERS) < 2:
+        return doc.data, locate, world, origin
+    config, written = from_accelerate.deepspeed_config(doc.data, lambda f: _load_config(f).data)
+    launched = from_accelerate.world_size(doc.data)
+    if launched and not (world and settings.force_world_size):
+        span = doc.span("/num_processes")
+        world, origin = launched, Origin("key", "num_processes (accelerate)", path, span.line, span.col,
+                                         "/num_processes")
+
+    def accelerate_locate(*p):
+        return locate(*written.get(".".join(p), p))
+
+    return config, accelerate_locate, world, origin
 
 
 def settings_origin(settings: Settings) -> Origin:

@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
+from guard.job.accounting import account_flags, account_keys
 from guard.job.flag_values import FlagValues
 from guard.job.megatron_program import read_program
-
-# Flags whose memory effect guard does not model: (dest, feature). Each one present becomes a diagnostic.
-UNMODELLED_FLAGS = [
-    ("fp8", "FP8 training (weight transpose caches, amax histories)"),
-    ("fp8_param_gather", "FP8 parameter all-gather"),
-    ("multi_latent_attention", "multi-latent attention (MLA)"),
-    ("mtp_num_layers", "multi-token prediction layers"),
-    ("optimizer_cpu_offload", "optimizer CPU offload"),
-    ("cpu_offloading_num_layers", "activation CPU offloading"),
-    ("rampup_batch_size", "batch-size ramp-up (priced at the final global batch)"),
-    ("moe_expert_capacity_factor", "MoE token dropping / capacity factor (priced as balanced routing)"),
-    ("hybrid_override_pattern", "hybrid Mamba layers"),
-    ("num_microbatches_with_partial_activation_checkpoints", "partial activation checkpointing"),
-]
 
 
 def read_training(fv: FlagValues) -> None:
@@ -49,6 +36,9 @@ def _precision(fv: FlagValues) -> None:
         job.exp_avg_sq_dtype = str(fv.value("exp_avg_sq_dtype") or "fp32")
         if fv.value("main_grads_dtype") == "bf16":
             job.grads_dtype = "bf16"
+    if fv.on("grad_reduce_in_bf16"):  # DDP's gradient buffer (and its reduce) in bf16
+        job.grads_dtype = "bf16"
+        job.origins["grads_dtype"] = fv.origin("grad_reduce_in_bf16")
     job.overlap_param_gather = fv.on("overlap_param_gather")
     if str(fv.value("optimizer")) not in ("adam", "sgd", "adamw"):
         job.add_unmodelled(f"optimizer {fv.value('optimizer')}", "--optimizer", fv.origin("optimizer"))
@@ -57,6 +47,9 @@ def _precision(fv: FlagValues) -> None:
 def _recompute(fv: FlagValues) -> None:
     job, cmd = fv.job, fv.cmd
     granularity = fv.value("recompute_granularity", field="recompute")
+    if granularity is None and fv.on("recompute_activations"):  # validate_args: the old spelling of selective
+        granularity = "selective"
+        job.origins["recompute"] = fv.origin("recompute_activations")
     if cmd.flavour == "megatron-deepspeed" and (fv.on("checkpoint_activations") or
                                                 fv.on("deepspeed_activation_checkpointing")):
         granularity = "full"
@@ -103,13 +96,16 @@ def _deepspeed(fv: FlagValues) -> None:
     config = source.data if source else {}
     flag_precision = job.params_dtype
     apply_config(job, config, source.label if source else cmd.path, locate=source.locate if source else None)
+    if source:
+        account_keys(job, config, source.label, source.locate)
+        job.notes.extend(getattr(source, "notes", []))
     if not source or not _precision_in(config):
         # no config, or one that says nothing of precision: Megatron-DeepSpeed's own flags decide
         job.params_dtype = flag_precision
         job.grads_dtype = flag_precision
         if source is None and cmd.given("deepspeed_config"):
-            job.notes.append(f"the DeepSpeed config {cmd.v('deepspeed_config')} was not found: precision from "
-                             "the command's flags")
+            why = cmd.deepspeed_config_problem or f"the DeepSpeed config {cmd.v('deepspeed_config')} was not found"
+            job.notes.append(f"{why}: precision from the command's flags, ZeRO from --zero-stage")
     if stage is not None and not (config.get("zero_optimization") or {}).get("stage"):
         job.zero_stage = stage
         job.origins["zero_stage"] = fv.origin("zero_stage")
@@ -125,6 +121,4 @@ def _unmodelled(fv: FlagValues) -> None:
     if (job.layout.ulysses or 1) > 1:
         job.add_unmodelled("DeepSpeed-Ulysses all-to-all buffers (activations priced at s / SP)",
                            cmd.option("ds_sequence_parallel_size"), fv.origin("ds_sequence_parallel_size"))
-    for dest, feature in UNMODELLED_FLAGS:
-        if cmd.given(dest) and fv.value(dest) not in (None, False, 0):
-            job.add_unmodelled(feature, cmd.option(dest), fv.origin(dest))
+    account_flags(fv)

@@ -34,3 +34,12 @@ def default(label: str, reason: str = "") -> Origin:
 
 def assumed(label: str, reason: str) -> Origin:
     return Origin("assumed", label, reason=reason)
+
+
+def key_origin(label: str, locate, *path: str) -> Origin:
+    """A config key's origin: located in its file when the config came with a locator."""
+    dotted = ".".join(path)
+    if locate is None:
+        return Origin("key", dotted, label, pointer="/" + "/".join(path))
+    where, span = locate(*path)
+    return Origin("key", dotted, where, span.line, span.col, "/" + "/".join(path))

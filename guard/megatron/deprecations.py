@@ -8,7 +8,7 @@ from typing import Any
 import libcst as cst
 
 from guard.megatron.cst_values import dotted
-from guard.megatron.flag_extractor import DEPRECATED, REPLACEMENT
+from guard.megatron.flag_record import DEPRECATED, REPLACEMENT
 from guard.megatron.source_tree import SourceTree
 
 FLAG = re.compile(r"(--[a-z0-9][a-z0-9_-]*)")

@@ -1,58 +1,74 @@
-"""The DeepSpeed config a Megatron-DeepSpeed job loads: a file beside the script, or a heredoc the script writes."""
+"""The DeepSpeed config a Megatron-DeepSpeed job loads: a file beside the script, a heredoc the script
+writes, or a template the script renders with sed, envsubst or cat."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from guard.diagnostic import Span
-from guard.shell.interpreter import Heredoc, Script
-from guard.shell.located import LText
+from guard.megatron.ds_template import (
+    Rendered,
+    candidates,
+    last_writer,
+    render_config,
+    rendered_to_script,
+    timeline,
+)
+from guard.shell.model import Heredoc, Render, Script
 
 
 @dataclass
 class DsConfigSource:
-    """The DeepSpeed JSON a Megatron-DeepSpeed job loads (a file, or a heredoc in the script)."""
+    """The DeepSpeed JSON a Megatron-DeepSpeed job loads (a file, a heredoc, or a rendered template)."""
 
     data: dict[str, Any]
-    label: str  # file path or "heredoc"
+    label: str  # file path, "heredoc at line N", or "TEMPLATE as rendered by the script at line N"
     locate: Any  # callable(*json_path) -> (path, Span)
+    notes: list[str] = field(default_factory=list)  # what guard left as written (unknown log paths)
 
 
-def attach_deepspeed_config(job, script: Script) -> None:
+def attach_deepspeed_config(job, script: Script) -> str:
+    """Attach the config `--deepspeed_config` names; return why none could be ("" when attached or unnamed)."""
     occ = job.args.last("deepspeed_config") or job.args.last("deepscale_config")
     if occ is None or not occ.values:
-        return
-    target = occ.values[0].text
+        return ""
     value = occ.values[0]
-    for heredoc in reversed(script.heredocs):
-        same = (heredoc.target.resolved and value.resolved and
-                os.path.basename(heredoc.target.text) == os.path.basename(value.text)) or \
-            (not heredoc.target.resolved and not value.resolved and heredoc.target.text == value.raw)
-        if same:
-            doc = heredoc_document(heredoc)
-            if doc is not None and isinstance(doc.data, dict):
-                job.deepspeed_config = DsConfigSource(doc.data, f"heredoc at line {heredoc.span.line}",
-                                                      _heredoc_locator(heredoc, doc))
-            return
+    target = value.text
+    steps = timeline(script)
+    index = last_writer(steps, value, len(steps))
+    writer = steps[index] if index is not None else None
+    if isinstance(writer, Heredoc):
+        doc = heredoc_document(writer)
+        if doc is None or not isinstance(doc.data, dict):
+            return f"{writer.path}:{writer.span.line}: the heredoc that writes {target} is not a JSON object " \
+                   "guard can read (unknown values or a syntax error)"
+        job.deepspeed_config = DsConfigSource(doc.data, f"heredoc at line {writer.span.line}",
+                                              _heredoc_locator(writer, doc))
+        return ""
+    if isinstance(writer, Render) and index is not None:
+        rendered = render_config(job.path, steps, index, value)
+        if rendered.doc is not None:
+            job.deepspeed_config = DsConfigSource(rendered.doc.data, rendered.label, _rendered_locator(rendered),
+                                                  rendered.notes)
+        return rendered.problem
     if not value.resolved:
-        return
-    candidates = [target] if os.path.isabs(target) else [
-        os.path.join(os.path.dirname(job.path) or ".", target), target]
-    for candidate in candidates:
+        return f"the DeepSpeed config path {value.raw or target} is unknown and no command of the script writes it"
+    for candidate in candidates(target, job.path):
         if os.path.isfile(candidate):
             from guard.sources.document import SourceError
             from guard.sources.loader import load_document
 
             try:
                 doc = load_document(candidate)
-            except SourceError:
-                return
-            if isinstance(doc.data, dict):
-                job.deepspeed_config = DsConfigSource(
-                    doc.data, candidate, lambda *p, d=doc, c=candidate: (c, d.span(_pointer(p))))
-            return
+            except SourceError as err:
+                return f"{candidate}:{err.span.line}:{err.span.col}: {err.message}"
+            if not isinstance(doc.data, dict):
+                return f"{candidate}: the DeepSpeed config is not a JSON object"
+            job.deepspeed_config = DsConfigSource(
+                doc.data, candidate, lambda *p, d=doc, c=candidate: (c, d.span(_pointer(p))))
+            return ""
+    return f"the DeepSpeed config {target} is not written by the script and not found beside it"
 
 
 def _pointer(path: tuple[str, ...]) -> str:
@@ -61,6 +77,7 @@ def _pointer(path: tuple[str, ...]) -> str:
     return "".join("/" + escape(p) for p in path)
 
 
+# -- heredocs -------------------------------------------------------------------------------------------
 def heredoc_document(heredoc: Heredoc):
     """The heredoc's JSON as a Document (positions in the rendered text), or None if it is not JSON yet."""
     from guard.sources.document import SourceError
@@ -74,18 +91,11 @@ def heredoc_document(heredoc: Heredoc):
         return None
 
 
-def rendered_to_script(body: LText, line: int, col: int) -> Span:
-    """Map a (line, col) in the rendered heredoc text back to where the script wrote it."""
-    offset, current = 0, 1
-    text = body.text
-    while current < line and offset < len(text):
-        nxt = text.find("\n", offset)
-        if nxt < 0:
-            break
-        offset, current = nxt + 1, current + 1
-    index = min(offset + col - 1, len(body.pos) - 1)
-    pos = body.pos[index] if index >= 0 and body.pos else None
-    return Span(*pos) if pos else Span(1, 1)
+def _rendered_locator(rendered: Rendered):
+    def locate(*path: str):
+        span = rendered.doc.span(_pointer(path))
+        return rendered.text.path, rendered_to_script(rendered.text, span.line, span.col)
+    return locate
 
 
 def _heredoc_locator(heredoc: Heredoc, doc):

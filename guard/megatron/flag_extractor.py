@@ -1,8 +1,7 @@
-"""Read Megatron's arguments.py with libcst and list every flag its parser defines, as data."""
+"""Walk Megatron's arguments.py with libcst, following the parser through calls, and list every flag it defines."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,17 +9,11 @@ from typing import Any
 import libcst as cst
 
 from guard.megatron.cst_values import NotLiteral, code, dotted, literal, value_or_expr
-from guard.megatron.dataclass_flags import dataclass_fields, field_flag
+from guard.megatron.flag_record import argument_flag, dataclass_flags, finish_flag
 from guard.megatron.source_tree import SourceTree
 
 ARGUMENT_FILES = ("megatron/training/arguments.py", "megatron/arguments.py")
 ENTRY_FUNCTIONS = ("parse_args",)
-# A help text or message that says the flag itself is deprecated (not one that mentions another's).
-DEPRECATED = re.compile(r"^\W*deprecated|\bdeprecated[.:;,]|\bis deprecated|\bare deprecated|"
-                        r"no longer (valid|used|supported)|has no effect", re.I)
-# In help text only a sentence that starts with "Deprecated" is about the flag itself.
-HELP_DEPRECATED = re.compile(r"(^|[.!]\s+)\W*deprecated\b|no longer (valid|used|supported)", re.I)
-REPLACEMENT = re.compile(r"\buse (--[a-z0-9][a-z0-9_-]*)", re.I)
 
 
 @dataclass
@@ -209,66 +202,14 @@ class FlagExtractor:
 
     # -- flags -------------------------------------------------------------------------------------
     def _add_argument(self, module: str, node: cst.Call, group: Binding, condition: str | None) -> None:
-        names = []
-        kwargs: dict[str, Any] = {}
-        for arg in node.args:
-            if arg.keyword is None and arg.star == "":
-                value = value_or_expr(arg.value)
-                if isinstance(value, str):
-                    names.append(value)
-            elif arg.keyword is not None:
-                key = arg.keyword.value
-                if key in ("type", "action") and not isinstance(arg.value, cst.SimpleString):
-                    kwargs[key] = dotted(arg.value) or " ".join(code(arg.value).split())
-                else:
-                    kwargs[key] = value_or_expr(arg.value)
-            else:
-                self.out.notes.append(f"{module}: **kwargs in {code(node)[:60]} not expanded")
-        if not names:
-            self.out.notes.append(f"{module}: add_argument without literal names: {code(node)[:80]}")
-            return
-        action = kwargs.pop("action", "store")
-        dest = kwargs.pop("dest", None) or _default_dest(names)
-        default = kwargs.pop("default", _ACTION_DEFAULTS.get(action))
-        flag = {"option_strings": names, "dest": dest, "action": action, "type": kwargs.pop("type", None),
-                "nargs": kwargs.pop("nargs", None), "choices": kwargs.pop("choices", None),
-                "default": default, "const": kwargs.pop("const", None),
-                "required": kwargs.pop("required", False) is True, "help": _one_line(kwargs.pop("help", "")),
-                "group": group.title, "origin": f"{module}:{self._stack[-1]}"}
-        self._finish(flag, condition)
+        flag = argument_flag(module, self._stack[-1], node, group.title, self.out.notes)
+        if flag is not None:
+            self.out.flags.append(finish_flag(flag, condition))
 
     def _dataclass_group(self, factory: Binding, title: str, condition: str | None) -> None:
         found, exclude = factory.value
-        for f in dataclass_fields(self.tree, found):
-            if f["name"] in exclude or not f["init"]:
-                continue
-            flag = field_flag(self.tree, f)
-            if flag is None:
-                self.out.notes.append(f"{found.node.name.value}.{f['name']}: annotation "
-                                      f"{code(f['annotation'])} has no argparse form (not excluded)")
-                continue
-            flag.update({"group": title, "origin": f"{f['module']}:{found.node.name.value}.{f['name']}",
-                         "required": False, "const": None, "help": _one_line(flag.get("help", ""))})
-            self._finish(flag, condition)
-
-    def _finish(self, flag: dict[str, Any], condition: str | None) -> None:
-        if condition:
-            flag["condition"] = condition
-        help_text = flag.get("help") or ""
-        if isinstance(help_text, str) and HELP_DEPRECATED.search(help_text):
-            flag["deprecated"] = {"message": help_text}
-            match = REPLACEMENT.search(help_text)
-            if match:
-                flag["deprecated"]["replacement"] = match.group(1)
-        self.out.flags.append(flag)
-
-
-_ACTION_DEFAULTS = {"store_true": False, "store_false": True, "count": None}
-
-
-def _default_dest(names: list[str]) -> str:
-    longs = [n for n in names if n.startswith("--")]
-    return (longs or names)[0].lstrip("-").replace("-", "_")
+        for flag in dataclass_flags(self.tree, found, exclude, title, self.out.notes):
+            self.out.flags.append(finish_flag(flag, condition))
 
 
 def _title(node: cst.Call) -> str:
@@ -283,12 +224,6 @@ def _title(node: cst.Call) -> str:
 def _join(outer: str | None, inner: str) -> str:
     inner = " ".join(inner.split())
     return f"{outer} and {inner}" if outer else inner
-
-
-def _one_line(text: Any) -> str:
-    if not isinstance(text, str):
-        return ""
-    return " ".join(text.split())
 
 
 def extract(root: Path, packages: dict[str, Path] | None = None) -> Extraction:

@@ -11,9 +11,10 @@ from guard.megatron.argv import parse
 from guard.megatron.ds_config import attach_deepspeed_config
 from guard.megatron.job import EnvVar, MegatronJob
 from guard.settings import Settings
-from guard.shell.interpreter import Heredoc, Script, interpret
+from guard.shell.interpreter import interpret
 from guard.shell.launcher import Launch, find_launches
 from guard.shell.located import LText
+from guard.shell.model import Heredoc, Script
 
 # Flags only Megatron-DeepSpeed defines: their presence selects its flag table.
 DEEPSPEED_MARKERS = {"--deepspeed", "--deepspeed_config", "--deepscale", "--zero-stage", "--num-key-value-heads",
@@ -108,7 +109,7 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
     _world(job, launch, settings)
     job.gpus_per_node = settings.gpus_per_node or launch.gpus_per_node
     job.nodes = launch.nodes
-    attach_deepspeed_config(job, script)
+    job.deepspeed_config_problem = attach_deepspeed_config(job, script) or ""
     return job
 
 
@@ -149,5 +150,5 @@ def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | No
         job.world_size, job.world_size_why = settings.world_size, settings.world_size_label or "--world-size"
         job.world_size_source = settings.world_size_source or "cli"
     job.gpus_per_node = settings.gpus_per_node
-    attach_deepspeed_config(job, script)
+    job.deepspeed_config_problem = attach_deepspeed_config(job, script) or ""
     return job

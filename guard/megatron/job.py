@@ -34,6 +34,7 @@ class MegatronJob:
     launcher: str = ""
     env: dict[str, EnvVar] | None = None  # None: not a script (a bare argv), so the env is unknown
     deepspeed_config: DsConfigSource | None = None
+    deepspeed_config_problem: str = ""  # why the config --deepspeed_config names could not be read
     program: str = ""
     launch: Any = None  # guard.shell.launcher.Launch, when a launcher was found
     anchor: Span = field(default_factory=lambda: Span(1, 1))  # where the command starts

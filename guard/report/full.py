@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from guard.checker import CheckResult
+from guard.check_result import CheckResult
 from guard.report.concise import summary
 from guard.sources.document import split_lines
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from guard.checker import CheckResult
+from guard.check_result import CheckResult
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from guard.checker import CheckResult
+from guard.check_result import CheckResult
 
 
 def render(result: CheckResult, out: TextIO) -> None:

@@ -47,6 +47,7 @@ def _unmodelled(job, feature: str, setting: str) -> dict:
     return out
 
 
-def write(est: Estimate, out: TextIO) -> None:
+def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False) -> None:
+    """The estimate as one JSON object (`explain` and `color` are for text: the JSON always has everything)."""
     out.write(json.dumps(to_dict(est)))  # json.dumps without indent runs the C encoder: 1024 ranks in ms
     out.write("\n")

@@ -9,7 +9,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from guard import __version__
-from guard.checker import CheckResult
+from guard.check_result import CheckResult
 from guard.rules.registry import RULES
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

@@ -9,7 +9,6 @@ from guard.deepspeed_schema import SchemaIndex
 from guard.diagnostic import Diagnostic, Related, Span
 from guard.rules.registry import Rule
 from guard.sources.document import Document, escape
-from guard.suggest import closest, did_you_mean  # noqa: F401  (rules import them from their context)
 
 MISSING = object()
 

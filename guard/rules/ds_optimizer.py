@@ -1,18 +1,23 @@
-"""DS6xx: the optimizer and LR scheduler DeepSpeed builds from the config, checked against their real signatures."""
+"""DS601-DS603, DS608-DS611: the optimizer DeepSpeed builds from the config, against its real signature and ZeRO."""
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
-from guard import resources
-from guard.rules.context import DsConfig, did_you_mean, flag, fmt
+from guard.rules.context import DsConfig, fmt
+from guard.rules.ds_classes import (
+    DATA,
+    accepted_keys,
+    class_names,
+    load_classes,
+    resolve_optimizer,
+    section_params,
+    table,
+    written_optimizer,
+)
 from guard.rules.registry import check, rule
+from guard.suggest import did_you_mean
 
 ENGINE = "deepspeed/runtime/engine.py: DeepSpeedEngine._configure_basic_optimizer"
 SANITY = "deepspeed/runtime/engine.py: DeepSpeedEngine._do_sanity_check"
-SCHEDULES = "deepspeed/runtime/lr_schedules.py"
-DATA = "schemas/deepspeed/<version>/optimizers.json (scripts/gen_deepspeed_optimizers.py)"
 
 # 1-bit Adam, 0/1 Adam and 1-bit LAMB: DeepSpeed names (lower-cased) -> the engine's ZeRO assertion
 # in the releases that still had them. 0.19.8's DEEPSPEED_OPTIMIZERS no longer lists them.
@@ -65,62 +70,6 @@ UNKNOWN_OPTIMIZER_PARAM = rule(
     references=(ENGINE, "deepspeed/runtime/engine.py: DeepSpeedEngine.get_optimizer_configuration", DATA),
 )
 
-UNKNOWN_SCHEDULER = rule(
-    "DS604", "unknown-scheduler-type", "error",
-    "`scheduler.type` is neither a DeepSpeed LR schedule nor a `torch.optim.lr_scheduler` class.",
-    what="Reports a `scheduler.type` that is not one of DeepSpeed's schedules (`WarmupLR`, "
-         "`WarmupDecayLR`, `WarmupCosineLR`, `OneCycle`, `LRRangeTest`) or a "
-         "`torch.optim.lr_scheduler` class. Names are case-sensitive. Suggests the closest name.",
-    why="The engine asserts when it builds the scheduler: `AssertionError: DeepSpeed does not "
-        "recognize LR scheduler <type>`. HF scheduler names such as `\"cosine\"` or "
-        "`\"linear\"` belong to `--lr_scheduler_type`, not to the DeepSpeed config.",
-    example='{"scheduler": {"type": "WarmupCosine", "params": {"total_num_steps": 1000}}}',
-    use_instead='{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000}}}',
-    references=("deepspeed/runtime/engine.py: DeepSpeedEngine._scheduler_from_config", SCHEDULES, DATA),
-)
-
-UNKNOWN_SCHEDULER_PARAM = rule(
-    "DS605", "unknown-scheduler-param", "error",
-    "A `scheduler.params` key that the scheduler class does not accept.",
-    what="Reports `scheduler.params` keys that the scheduler's constructor does not take, with "
-         "the closest parameter name.",
-    why="DeepSpeed calls `scheduler(optimizer, **params)`: an unknown key fails the launch with "
-        "`TypeError: __init__() got an unexpected keyword argument '<key>'` (for example "
-        "`warmup_ratio`, or `warmup_min_lr` for `WarmupCosineLR`, which takes `warmup_min_ratio`).",
-    example='{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000, "warmup_min_lr": 0}}}',
-    use_instead='{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000, "warmup_min_ratio": 0}}}',
-    references=("deepspeed/runtime/engine.py: DeepSpeedEngine._scheduler_from_config", SCHEDULES, DATA),
-)
-
-SCHEDULER_INT = rule(
-    "DS606", "scheduler-steps-not-positive-int", "error",
-    "A scheduler step count that DeepSpeed requires to be a positive integer is a float or <= 0.",
-    what="Reports `warmup_num_steps` (WarmupLR, WarmupDecayLR, WarmupCosineLR) and "
-         "`lr_range_test_step_size` (LRRangeTest) that are <= 0 or not whole, and, in an "
-         "HF/accelerate config, written as a float (`1e3`, `1000.0`). The list comes from the "
-         "`isinstance(..., int)` checks in DeepSpeed's scheduler constructors.",
-    why="The constructors check `isinstance(x, int)`. DeepSpeed itself reads a config file with "
-        "hjson, which turns `1e3` into the int 1000, but transformers and accelerate read it with "
-        "`json.load`, where `1e3` is the float 1000.0: `ValueError: warmup_num_steps must be a "
-        "positive integer, got 1000.0`.",
-    example='{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 1e3}}}',
-    use_instead='{"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 1000}}}',
-    references=(SCHEDULES + ": WarmupLR.__init__, WarmupCosineLR.__init__, LRRangeTest.__init__", DATA),
-)
-
-SCHEDULER_REQUIRED = rule(
-    "DS607", "scheduler-missing-required-param", "error",
-    "A scheduler parameter without a default is missing from `scheduler.params`.",
-    what="Reports a scheduler whose constructor has required parameters (`total_num_steps` for "
-         "WarmupDecayLR and WarmupCosineLR, `cycle_min_lr`/`cycle_max_lr` for OneCycle) that "
-         "`scheduler.params` does not give.",
-    why="`scheduler(optimizer, **params)` fails with `TypeError: __init__() missing 1 required "
-        "positional argument: 'total_num_steps'`. The HF Trainer and accelerate fill "
-        "`total_num_steps` only when it is written as `\"auto\"`; a missing key stays missing.",
-    example='{"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 100}}}',
-    use_instead='{"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 100, "total_num_steps": 10000}}}',
-    references=(SCHEDULES, DATA),
-)
 
 LAMB_STATIC_SCALE = rule(
     "DS608", "lamb-static-loss-scale", "error",
@@ -181,87 +130,10 @@ ONEBIT_REMOVED = rule(
 )
 
 
-@functools.lru_cache(maxsize=None)
-def _load(version: tuple[int, ...]) -> dict[str, Any] | None:
-    """optimizers.json of the oldest vendored release not older than `version`, else the newest."""
-    try:
-        found = resources.nearest_deepspeed_version(version, "optimizers.json")
-        if found is None:
-            return None
-        data = resources.load_json("deepspeed", found, "optimizers.json")
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
-    value = data.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _truthy(value: Any) -> bool:
-    return flag(value, False, pydantic=False)
-
-
-def _optimizer_type(ctx: DsConfig) -> str | None:
-    value = ctx.get("optimizer", "type")
-    return value if isinstance(value, str) and value and value != "auto" else None
-
-
-def _params(ctx: DsConfig, section: str) -> dict[str, Any]:
-    value = ctx.get(section, "params")
-    return value if isinstance(value, dict) else {}
-
-
-def _builds(ctx: DsConfig, name: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """The classes DeepSpeed may build for DeepSpeed optimizer `name` with this config."""
-    builds = entry.get("builds") if isinstance(entry.get("builds"), dict) else {}
-    params = _params(ctx, "optimizer")
-    if "torch_adam" in builds and _truthy(params.get("torch_adam")):
-        # get_optimizer_configuration: AdamW when the name is adamw or adam_w_mode (default true).
-        w_mode = params.get("adam_w_mode", True)
-        picked = ["torch_adam" if name == "adamw" or w_mode is not False else "torch_adam_no_w"]
-    else:
-        device = ctx.get("zero_optimization", "offload_optimizer", "device")
-        if device in ("cpu", "nvme"):
-            picked = ["offload"]
-        elif isinstance(device, str) and device not in ("none", ""):
-            picked = ["offload", "default"]  # "auto" (filled by accelerate) or a bad value: either
-        else:
-            picked = ["default"]
-    out = [builds[p] for p in picked if isinstance(builds.get(p), dict)]
-    return out or [b for b in builds.values() if isinstance(b, dict)][:1]
-
-
-def _resolve(ctx: DsConfig, data: dict[str, Any]) -> tuple[str, list[dict[str, Any]], list[str]] | None:
-    """(name as DeepSpeed keeps it, candidate class entries, keys the engine pops) or None."""
-    written = _optimizer_type(ctx)
-    if written is None:
-        return None
-    ds = _table(data, "deepspeed_optimizers")
-    if written.lower() in ds:
-        entry = ds[written.lower()] if isinstance(ds[written.lower()], dict) else {}
-        popped = entry.get("engine_params") if isinstance(entry.get("engine_params"), list) else []
-        return written.lower(), _builds(ctx, written.lower(), entry), popped
-    torch_entry = _table(data, "torch_optimizers").get(written)
-    if isinstance(torch_entry, dict):
-        return written, [torch_entry], []
-    return None
-
-
-def _accepted(entry: dict[str, Any], popped: list[str]) -> set[str] | None:
-    """Keys a build accepts in params, or None when it cannot be told (**kwargs, not importable)."""
-    params = entry.get("params")
-    if not isinstance(params, list) or entry.get("var_kwargs") or entry.get("unknown_params") == "ignored":
-        return None
-    engine = entry.get("engine_kwargs") if isinstance(entry.get("engine_kwargs"), list) else []
-    return (set(params) - set(engine)) | set(popped)
-
-
 @check(UNKNOWN_OPTIMIZER, ONEBIT_REMOVED, ONEBIT_WITH_ZERO)
 def optimizer_type(ctx: DsConfig) -> None:
-    data = _load(ctx.version)
-    written = _optimizer_type(ctx)
+    data = load_classes(ctx.version)
+    written = written_optimizer(ctx)
     if data is None or written is None:
         return
     path = ("optimizer", "type")
@@ -277,9 +149,9 @@ def optimizer_type(ctx: DsConfig) -> None:
             ctx.report(ONEBIT_WITH_ZERO, path, f"{ONEBIT[written.lower()]}: {written!r} with ZeRO stage "
                        f"{ctx.zero_stage}", help="disable ZeRO or use \"AdamW\"", at_value=True)
         return
-    if written.lower() in _table(data, "deepspeed_optimizers") or written in _table(data, "torch_optimizers"):
+    if written.lower() in table(data, "deepspeed_optimizers") or written in table(data, "torch_optimizers"):
         return
-    names = list(_table(data, "deepspeed_optimizers")) + list(_table(data, "torch_optimizers"))
+    names = list(table(data, "deepspeed_optimizers")) + list(table(data, "torch_optimizers"))
     ctx.report(UNKNOWN_OPTIMIZER, path, f"{written!r} is not a supported DeepSpeed Optimizer: not one of "
                "DeepSpeed's names (any case) nor a torch.optim class (exact case)",
                help=did_you_mean(written, names), at_value=True)
@@ -287,22 +159,22 @@ def optimizer_type(ctx: DsConfig) -> None:
 
 @check(MAX_GRAD_NORM, UNKNOWN_OPTIMIZER_PARAM)
 def optimizer_params(ctx: DsConfig) -> None:
-    params = _params(ctx, "optimizer")
+    params = section_params(ctx, "optimizer")
     if "max_grad_norm" in params and params["max_grad_norm"] != "auto":
         ctx.report(MAX_GRAD_NORM, ("optimizer", "params", "max_grad_norm"),
                    "'max_grad_norm' is not supported as an optimizer parameter; DeepSpeed clips with "
                    "the top-level 'gradient_clipping'",
                    help=f"remove it and set \"gradient_clipping\": {fmt(params['max_grad_norm'])}")
-    data = _load(ctx.version)
-    resolved = _resolve(ctx, data) if data else None
+    data = load_classes(ctx.version)
+    resolved = resolve_optimizer(ctx, data) if data else None
     if resolved is None:
         return
     name, builds, popped = resolved
-    accepted = [_accepted(b, popped) for b in builds]
+    accepted = [accepted_keys(b, popped) for b in builds]
     if not builds or any(a is None for a in accepted):
         return
     allowed = set().union(*accepted)
-    cls = " or ".join(str(b.get("class", "?")).rsplit(".", 1)[-1] for b in builds)
+    cls = class_names(builds)
     for key, value in params.items():
         if key in allowed or key == "max_grad_norm" or value == "auto":
             continue
@@ -311,67 +183,9 @@ def optimizer_params(ctx: DsConfig) -> None:
                    help=did_you_mean(key, sorted(allowed)))
 
 
-def _scheduler(ctx: DsConfig, data: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    written = ctx.get("scheduler", "type")
-    if not isinstance(written, str) or not written or written == "auto":
-        return None
-    for table in ("lr_schedulers", "torch_lr_schedulers"):
-        entry = _table(data, table).get(written)
-        if isinstance(entry, dict):
-            return written, entry
-    return written, {}
-
-
-@check(UNKNOWN_SCHEDULER, UNKNOWN_SCHEDULER_PARAM, SCHEDULER_INT, SCHEDULER_REQUIRED)
-def scheduler(ctx: DsConfig) -> None:
-    data = _load(ctx.version)
-    found = _scheduler(ctx, data) if data else None
-    if found is None:
-        return
-    name, entry = found
-    if not entry:
-        names = list(_table(data, "lr_schedulers")) + list(_table(data, "torch_lr_schedulers"))
-        ctx.report(UNKNOWN_SCHEDULER, ("scheduler", "type"), f"DeepSpeed does not recognize LR scheduler {name}",
-                   help=did_you_mean(name, names), at_value=True)
-        return
-    params = ctx.get("scheduler", "params")
-    if params is not None and not isinstance(params, dict):
-        return  # a wrongly typed params block is ds_keys' to report
-    params = params or {}
-    known = entry.get("params") if isinstance(entry.get("params"), list) else None
-    if known is not None and not entry.get("var_kwargs"):
-        for key, value in params.items():
-            if key not in known and value != "auto":
-                ctx.report(UNKNOWN_SCHEDULER_PARAM, ("scheduler", "params", key),
-                           f"{name}.__init__() got an unexpected keyword argument {key!r}",
-                           help=did_you_mean(key, known))
-        missing = [p for p in entry.get("required") or [] if p not in params]
-        if missing:
-            ctx.report(SCHEDULER_REQUIRED, ("scheduler", "params") if "params" in ctx.section("scheduler")
-                       else ("scheduler", "type"),
-                       f"{name}.__init__() missing {len(missing)} required argument(s): "
-                       + ", ".join(repr(m) for m in missing),
-                       help="add " + ", ".join(f'"{m}"' for m in missing) + " to scheduler.params"
-                       + (' (or "auto" under the HF Trainer/accelerate)' if "total_num_steps" in missing else ""))
-    checks = entry.get("positive_int_params") if isinstance(entry.get("positive_int_params"), dict) else {}
-    for key, template in checks.items():
-        value = params.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue  # absent, "auto", strings and bools belong to other rules
-        if isinstance(value, int) and value > 0:
-            continue
-        if isinstance(value, float) and value.is_integer() and value > 0 and not ctx.is_hf:
-            continue  # DeepSpeed reads the file with hjson, which turns 1e3 into the int 1000
-        got = repr(value) if isinstance(value, float) else str(value)
-        text = str(template).replace("{" + key + "}", got) or f"{key} must be a positive integer, got {got}"
-        fix = f"write {int(value)}" if isinstance(value, float) and value.is_integer() and value > 0 \
-            else "write a whole number greater than 0"
-        ctx.report(SCHEDULER_INT, ("scheduler", "params", key), text, help=fix, at_value=True)
-
-
 @check(LAMB_STATIC_SCALE)
 def lamb_loss_scale(ctx: DsConfig) -> None:
-    written = _optimizer_type(ctx)
+    written = written_optimizer(ctx)
     scale = ctx.get("fp16", "loss_scale")
     if written is None or written.lower() != "lamb":
         return
@@ -386,15 +200,15 @@ def lamb_loss_scale(ctx: DsConfig) -> None:
 def untested_zero_optimizer(ctx: DsConfig) -> None:
     if ctx.zero_stage < 1 or ctx.get("zero_allow_untested_optimizer"):
         return  # DeepSpeed's assertion reads the flag's truthiness
-    data = _load(ctx.version)
-    resolved = _resolve(ctx, data) if data else None
+    data = load_classes(ctx.version)
+    resolved = resolve_optimizer(ctx, data) if data else None
     if resolved is None:
         return
     name, builds, _ = resolved
     flags = [b.get("zero_supported") for b in builds]
     if not flags or any(f is not False for f in flags):
         return  # supported, or unknown (an optimizer guard could not import when it was generated)
-    cls = " or ".join(str(b.get("class", "?")).rsplit(".", 1)[-1] for b in builds)
+    cls = class_names(builds)
     ctx.report(UNTESTED_ZERO, ("optimizer", "type"),
                f"You are using an untested ZeRO Optimizer: {name!r} builds {cls}, which is not in "
                f"DeepSpeed's ZeRO-supported list (ZeRO stage {ctx.zero_stage})",

@@ -106,33 +106,53 @@ def cross_check(job: MegatronJob) -> None:
     if job.flavour != "megatron-deepspeed" or job.v("deepspeed") is not True:
         return
     if ds is None:
-        # the JSON is not available; --zero-stage is the stage the script says it runs
-        stage = job.v("zero_stage")
-        if job.given("zero_stage") and isinstance(stage, (int, float)) and stage >= 2 and \
-                job.v("no_pipeline_parallel") is not True:
-            job.report(ZERO_PIPELINE, "zero_stage", f"--zero-stage {stage:g} with DeepSpeed's pipeline engine "
-                       "(no --no-pipeline-parallel): ZeRO-2 and ZeRO-3 are incompatible with pipeline "
-                       "parallelism", at_value=True,
-                       help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
+        _flag_stage_with_pipeline(job)
         return
-    data = ds.data
-    zero = data.get("zero_optimization")
+    zero = ds.data.get("zero_optimization")
     stage = zero.get("stage", 0) if isinstance(zero, dict) else int(bool(zero))
     if isinstance(stage, bool) or not isinstance(stage, int):
         stage = None
+    _zero_stage(job, ds, stage)
+    _batch(job, ds)
+    _triangle(job, ds)
+    _precision(job, ds)
+    _zero_with_pipeline(job, ds, stage)
+    _client_offload(job, ds, zero)
+
+
+def _flag_stage_with_pipeline(job: MegatronJob) -> None:
+    """The JSON is not available: --zero-stage is the stage the script says it runs."""
+    stage = job.v("zero_stage")
+    if job.given("zero_stage") and isinstance(stage, (int, float)) and stage >= 2 and \
+            job.v("no_pipeline_parallel") is not True:
+        job.report(ZERO_PIPELINE, "zero_stage", f"--zero-stage {stage:g} with DeepSpeed's pipeline engine "
+                   "(no --no-pipeline-parallel): ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                   "parallelism", at_value=True,
+                   help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
+
+
+def _zero_stage(job: MegatronJob, ds, stage: int | None) -> None:
     flag_stage = job.v("zero_stage")
     if stage is not None and isinstance(flag_stage, (int, float)) and int(flag_stage) != stage and \
             job.known("zero_stage"):
         job.report(ZERO_STAGE, "zero_stage", f"--zero-stage {flag_stage:g} but the DeepSpeed config "
                    f"({ds.label}) has zero_optimization.stage {stage}", at_value=job.given("zero_stage"),
                    related=_rel(job, "zero_optimization", "stage"), help=f"use --zero-stage {stage}")
+
+
+def _batch(job: MegatronJob, ds) -> None:
+    """The JSON's batch keys against Megatron's batch flags."""
     for key, dest in (("train_batch_size", "global_batch_size"), ("train_micro_batch_size_per_gpu",
                                                                    "micro_batch_size")):
-        value, mine = data.get(key), job.int_(dest)
+        value, mine = ds.data.get(key), job.int_(dest)
         if isinstance(value, int) and not isinstance(value, bool) and mine is not None and value != mine:
             job.report(BATCH, dest, f"{key} is {value} in the DeepSpeed config ({ds.label}) but "
                        f"{job.option(dest)} is {mine}", at_value=True, related=_rel(job, key))
-    _triangle(job, ds)
+
+
+def _precision(job: MegatronJob, ds) -> None:
+    """fp16 / bf16 enabled in the JSON and given as flags, or neither."""
+    data = ds.data
     fp16 = isinstance(data.get("fp16"), dict) and flag(data["fp16"].get("enabled"), False)
     bf16 = (isinstance(data.get("bf16"), dict) and flag(data["bf16"].get("enabled"), False)) or (
         isinstance(data.get("bfloat16"), dict) and flag(data["bfloat16"].get("enabled"), False))
@@ -145,6 +165,9 @@ def cross_check(job: MegatronJob) -> None:
                 message = f"{name}.enabled is true in the DeepSpeed config ({ds.label}) but --{name} is not given"
             job.report(PRECISION, dest if on_flag else ("bf16" if name == "bf16" else "fp16"), message,
                        related=_rel(job, name, "enabled"))
+
+
+def _zero_with_pipeline(job: MegatronJob, ds, stage: int | None) -> None:
     pipeline_engine = job.v("no_pipeline_parallel") is not True
     if stage is not None and stage >= 2 and pipeline_engine:
         job.report_at(ZERO_PIPELINE, job.flag_span("pipeline_model_parallel_size")
@@ -154,10 +177,14 @@ def cross_check(job: MegatronJob) -> None:
                       "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
                       related=_rel(job, "zero_optimization", "stage"),
                       help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
+
+
+def _client_offload(job: MegatronJob, ds, zero) -> None:
+    """ZeRO-Offload of the optimizer with Megatron-DeepSpeed's own (client) optimizer."""
     offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
     device = offload.get("device") if isinstance(offload, dict) else None
     if device in ("cpu", "nvme") and job.v("cpu_optimizer") is not True and \
-            data.get("zero_force_ds_cpu_optimizer", True) is not False:
+            ds.data.get("zero_force_ds_cpu_optimizer", True) is not False:
         job.report_at(CLIENT_OFFLOAD, job.flag_span("deepspeed_config"), "--deepspeed_config",
                       f"offload_optimizer.device {device!r} with Megatron-DeepSpeed's own optimizer: "
                       "DeepSpeed refuses ZeRO-Offload with a client optimizer",

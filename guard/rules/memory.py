@@ -49,8 +49,8 @@ def predicted_oom(job: MegatronCheck) -> None:
     if not (job.gpu or job.gpu_memory):
         return
     from guard.diagnostic import Span
-    from guard.memory.estimate import estimate
     from guard.job.training_job import IncompleteJob
+    from guard.memory.estimate import estimate
     from guard.memory.gpu_choice import choose_gpu
     from guard.memory.units import gib
 

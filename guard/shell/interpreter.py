@@ -9,11 +9,13 @@ from guard.diagnostic import Span
 from guard.shell.conditions import Conditions
 from guard.shell.expansion import Expander
 from guard.shell.located import LText
-from guard.shell.model import Command, Finding, Heredoc, Script, Value, Var
+from guard.shell.model import Command, Finding, Script, Value, Var
+from guard.shell.redirections import Redirections
+from guard.shell.slurm import Slurm
 from guard.shell.syntax import Node, Source, parse
+
 MAX_SOURCE_DEPTH = 8
 MAX_CALL_DEPTH = 16
-SBATCH = re.compile(r"^#SBATCH\s+(.*)$")
 EVAL_STOP = re.compile(r"^(\d*>>?|&>>?|\d*<|\||\|\||&&?|;|\d*>&\d+)")
 IGNORED_COMMANDS = {"echo", "printf", "mkdir", "cd", "set", "unset", "shift", "exit", "return", "true",
                     "false", "sleep", "rm", "cp", "mv", "ln", "chmod", "touch", "wait", "trap", "ulimit",
@@ -21,7 +23,9 @@ IGNORED_COMMANDS = {"echo", "printf", "mkdir", "cd", "set", "unset", "shift", "e
                     "sed", "awk", "grep", "pushd", "popd", "exec", "time", "umask"}
 
 
-class Interpreter(Expander, Conditions):
+class Interpreter(Expander, Conditions, Redirections, Slurm):
+    """Runs a script's statements in order, keeping variables, functions and the `if` it is under."""
+
     def __init__(self, script: Script, env: dict[str, Var] | None = None):
         self.script = script
         self.vars: dict[str, Var] = dict(env or {})
@@ -33,14 +37,8 @@ class Interpreter(Expander, Conditions):
     # -- entry ---------------------------------------------------------------------------------
     def run_file(self, path: str, text: str, source_depth: int = 0) -> None:
         src = parse(text, path)
-        for line_no, line in enumerate(text.splitlines(), 1):
-            stripped = line.strip()
-            if stripped and not stripped.startswith("#"):
-                break  # sbatch stops reading directives at the first command
-            match = SBATCH.match(stripped) if source_depth == 0 else None
-            if match:
-                self._sbatch(match.group(1), line_no, line, path)
         if source_depth == 0:
+            self._read_sbatch(text, path)
             self._slurm_environment(path)
         for node, parent in src.errors():
             if node.text.strip() in ("", "\\") and not src.data[node.end_byte:].strip() and \
@@ -136,7 +134,8 @@ class Interpreter(Expander, Conditions):
         value = var.value if isinstance(var.value, LText) else (var.value[0] if var.value else LText("", ()))
         self.script.exports[name] = (value, var.span or Span(1, 1), src.path)
 
-    def _command(self, src: Source, node: Node, depth: int) -> None:
+    def _command_words(self, src: Source, node: Node) -> tuple[dict[str, LText], list[LText]]:
+        """A simple command's `VAR=x` prefixes and its expanded words."""
         env: dict[str, LText] = {}
         words: list[LText] = []
         previous = None
@@ -155,6 +154,10 @@ class Interpreter(Expander, Conditions):
                 else:
                     words.extend(self.words(src, child))
             previous = child
+        return env, words
+
+    def _command(self, src: Source, node: Node, depth: int) -> None:
+        env, words = self._command_words(src, node)
         if not words:
             for name, value in env.items():  # `X=1` alone is an assignment
                 self.vars[name] = Var(value, src.span(node))
@@ -181,50 +184,13 @@ class Interpreter(Expander, Conditions):
             return
         if name in ("export",):
             return
+        if name == "sed" and any(w.text.startswith(("-i", "--in-place")) for w in words[1:]):
+            self._keep_render(src, node, [(words, None)], None, env)
         if os.path.basename(name) in IGNORED_COMMANDS and name != "time":
             return
         if name == "time":
             words = words[1:]
         self.script.commands.append(Command(words, env, src.span(node), src.path, self.condition))
-
-    def _redirected(self, src: Source, node: Node, depth: int) -> None:
-        body = node.field("body") or node.children[0]
-        target = None
-        heredoc = None
-        for child in node.children[1:]:
-            if child.type == "file_redirect" and any(c.type in (">", ">>") for c in child.children):
-                target = child.children[-1]
-            elif child.type == "heredoc_redirect":
-                heredoc = child
-                for sub in child.children:
-                    if sub.type == "file_redirect":
-                        target = sub.children[-1]
-        if heredoc is not None and target is not None and body.type == "command" and \
-                body.children and body.children[0].text in ("cat", "tee"):
-            start = next((c for c in heredoc.children if c.type == "heredoc_start"), None)
-            content = next((c for c in heredoc.children if c.type == "heredoc_body"), None)
-            quoted = start is not None and start.text[:1] in ("'", '"')
-            text = self._heredoc_text(src, content, quoted) if content is not None else LText("", ())
-            self.script.heredocs.append(Heredoc(self.expand(src, target), text, src.span(node), src.path))
-            return
-        self._statement(src, body, depth)
-
-    def _heredoc_text(self, src: Source, content: Node, quoted: bool) -> LText:
-        if quoted:
-            return src.literal(content)
-        out = LText("", ())
-        cursor = content.start_byte
-        for child in content.children:
-            if child.type == "heredoc_content" or not child.is_named:
-                continue
-            if child.start_byte > cursor:
-                out = out + src.literal_range(cursor, child.start_byte)
-            out = out + self.expand(src, child)
-            cursor = child.end_byte
-        end = content.end_byte
-        if end > cursor:
-            out = out + src.literal_range(cursor, end)
-        return out
 
     def _source(self, src: Source, word: LText, depth: int) -> None:
         if not word.resolved:
@@ -247,46 +213,6 @@ class Interpreter(Expander, Conditions):
             return
         self.script.sources.append(path)
         self.run_file(path, text, depth + 1)
-
-    # -- #SBATCH -----------------------------------------------------------------------------------
-    def _slurm_environment(self, path: str) -> None:
-        """The SLURM_* variables a batch job sees, from its #SBATCH directives (unless preset)."""
-        given = {key: value for key, value in self.script.sbatch}
-        nodes = given.get("--nodes") or given.get("-N")
-        gres = given.get("--gres")
-        gpus = given.get("--gpus-per-node")
-        if gpus is None and gres is not None:
-            match = re.search(r"gpu(?::[\w.-]+)?:(\d+)", gres.text)
-            if match:
-                gpus = gres.slice(match.start(1), match.end(1))
-        tasks_per_node = given.get("--ntasks-per-node")
-        tasks = given.get("--ntasks") or given.get("-n")
-        derived = {"SLURM_NNODES": nodes, "SLURM_JOB_NUM_NODES": nodes, "SLURM_GPUS_ON_NODE": gpus,
-                   "SLURM_GPUS_PER_NODE": gpus, "SLURM_NTASKS_PER_NODE": tasks_per_node,
-                   "SLURM_NTASKS": tasks}
-        if tasks is None and nodes is not None and tasks_per_node is not None and \
-                nodes.text.isdigit() and tasks_per_node.text.isdigit():
-            derived["SLURM_NTASKS"] = LText.plain(str(int(nodes.text) * int(tasks_per_node.text)),
-                                                  nodes.first, path)
-        for name, value in derived.items():
-            if value is not None and name not in self.vars:
-                self.vars[name] = Var(value, value.span())
-
-    def _sbatch(self, text: str, line_no: int, line: str, path: str) -> None:
-        col = line.find(text) + 1
-        words = text.split("#")[0].split()
-        i = 0
-        while i < len(words):
-            word = words[i]
-            start = line.find(word, col - 1) + 1
-            if word.startswith("-"):
-                key, eq, value = word.partition("=")
-                if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
-                    value = words[i + 1]
-                    i += 1
-                vstart = line.find(value, start - 1 + len(key)) + 1 if value else start
-                self.script.sbatch.append((key, LText.at(value, line_no, vstart, path)))
-            i += 1
 
 
 def _glued(node: Node, previous: Node | None) -> bool:

@@ -1,38 +1,13 @@
-"""Recognise the launcher of a training command (torchrun, deepspeed, srun, accelerate, mpirun, python)
-and derive the world size and GPUs per node from its options."""
+"""The launcher chain of a training command (srun -> torchrun -> program) and the world size it starts."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 
-from guard.shell.interpreter import Command, Script
+from guard.shell.launcher_options import TORCH_RUN_MODULES, launcher_kind, read_options
 from guard.shell.located import LText
-
-PYTHONS = {"python", "python3", "python3.8", "python3.9", "python3.10", "python3.11", "python3.12",
-           "python3.13"}
-TORCH_RUN_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch"}
-# Options that take no value; every other option of these launchers takes one (`--x y` or `--x=y`).
-NO_VALUE = {
-    "torchrun": {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
-                 "--use-env", "--use_env"},
-    "deepspeed": {"--no_python", "--no_local_rank", "--no_ssh", "--no_ssh_check", "--force_multi",
-                  "--save_pid", "--bind_cores_to_rank", "--module", "-q", "--quiet", "--autotuning_run"},
-    "accelerate": {"--multi_gpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--cpu", "-m",
-                   "--module", "--no_python", "--debug", "-q", "--quiet", "--same_network",
-                   "--downcast_bf16", "--tpu", "--use_xpu", "--enable_cpu_affinity"},
-    "srun": {"--exclusive", "--overlap", "-l", "--label", "-u", "--unbuffered", "--pty", "-K", "-X",
-             "-v", "--verbose", "-Q", "--quiet", "--no-kill", "--kill-on-bad-exit", "-W"},
-    "mpirun": {"--allow-run-as-root", "-allow-run-as-root", "--oversubscribe", "-oversubscribe",
-               "--tag-output", "-tag-output", "--report-bindings", "-report-bindings", "--verbose", "-v",
-               "--display-map", "-display-map"},
-    "python": {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"},
-}
-TWO_VALUES = {"mpirun": {"--mca", "-mca", "-gmca", "--gmca"}}
-ALIASES = {"srun": {"-N": "--nodes", "-n": "--ntasks", "-G": "--gpus", "-c": "--cpus-per-task"},
-           "mpirun": {"-n": "-np", "--np": "-np", "-N": "-npernode", "--npernode": "-npernode"},
-           "deepspeed": {"-H": "--hostfile", "-i": "--include", "-e": "--exclude",
-                         "--num_accelerators": "--num_gpus"}}
+from guard.shell.model import Command, Script
 
 
 @dataclass
@@ -72,61 +47,6 @@ class Launch:
         return next((layer for layer in self.layers if layer.kind == kind), None)
 
 
-def _kind(words: list[LText], i: int) -> str | None:
-    name = os.path.basename(words[i].text)
-    if name == "torchrun":
-        return "torchrun"
-    if name in ("deepspeed", "deepspeed.pt"):
-        return "deepspeed"
-    if name == "srun":
-        return "srun"
-    if name in ("mpirun", "mpiexec"):
-        return "mpirun"
-    if name == "accelerate" and i + 1 < len(words) and words[i + 1].text == "launch":
-        return "accelerate"
-    if name in PYTHONS or name.startswith("python3"):
-        return "python"
-    return None
-
-
-def _options(kind: str, words: list[LText], i: int) -> tuple[dict[str, LText], int]:
-    """Read launcher options from words[i:]; return them and the index of the first other word."""
-    opts: dict[str, LText] = {}
-    aliases = ALIASES.get(kind, {})
-    while i < len(words):
-        word = words[i]
-        text = word.text
-        if not text.startswith("-") or text == "-" or not word.resolved:
-            break
-        if text == "--":
-            return opts, i + 1
-        name, eq, value = text.partition("=")
-        name = aliases.get(name, name)
-        if kind == "python" and name == "-m":
-            opts["-m"] = words[i + 1] if i + 1 < len(words) else LText("", ())
-            return opts, i + 2
-        if kind == "python" and name == "-c":
-            opts["-c"] = words[i + 1] if i + 1 < len(words) else LText("", ())
-            return opts, len(words)
-        if eq:
-            opts[name] = word.slice(len(text) - len(value), len(text))
-            i += 1
-        elif name in NO_VALUE.get(kind, ()):
-            opts[name] = LText("", word.pos[:1], word.path)
-            i += 1
-            if kind in ("torchrun", "deepspeed", "accelerate") and name in ("-m", "--module"):
-                return opts, i  # the module name is the program
-        elif name in TWO_VALUES.get(kind, ()):
-            opts[name] = words[i + 2] if i + 2 < len(words) else LText("", ())
-            i += 3
-        elif kind == "srun" and name.startswith("--") and i + 1 < len(words) and _kind(words, i + 1):
-            opts[name] = LText("", word.pos[:1], word.path)  # an unknown srun switch before the program
-            i += 1
-        else:
-            opts[name] = words[i + 1] if i + 1 < len(words) else LText("", ())
-            i += 2
-    return opts, i
-
 
 def parse_launch(command: Command) -> Launch | None:
     """The launcher chain of a command, or None when the command launches no Python program."""
@@ -134,11 +54,11 @@ def parse_launch(command: Command) -> Launch | None:
     layers: list[Layer] = []
     i = 0
     while i < len(words):
-        kind = _kind(words, i)
+        kind = launcher_kind(words, i)
         if kind is None:
             break
         start = i + (2 if kind == "accelerate" else 1)
-        opts, i = _options(kind, words, start)
+        opts, i = read_options(kind, words, start)
         layer = Layer(kind, words[start - 1], opts)
         if kind == "python" and "-m" in opts:
             module = opts["-m"].text
@@ -146,7 +66,7 @@ def parse_launch(command: Command) -> Launch | None:
                 layer = Layer("python", words[start - 1], {k: v for k, v in opts.items() if k != "-m"})
                 layers.append(layer)
                 sub_kind = TORCH_RUN_MODULES[module]
-                sub_opts, i = _options("torchrun", words, i)
+                sub_opts, i = read_options("torchrun", words, i)
                 layers.append(Layer(sub_kind, opts["-m"], sub_opts))
                 continue
             layers.append(layer)
@@ -172,43 +92,17 @@ def _int(value: LText | None) -> int | None:
 
 
 def _finish(launch: Launch) -> Launch:
+    """Fill the world size from the innermost launcher that decides how many processes run."""
     env_ws = launch.command.env.get("WORLD_SIZE")
-    for layer in reversed(launch.layers):  # the innermost launcher decides how many processes run
+    for layer in reversed(launch.layers):
         if layer.kind in ("torchrun", "torch.distributed.launch"):
-            nproc = layer.get("--nproc-per-node", "--nproc_per_node")
-            nnodes = layer.get("--nnodes")
-            nodes_text = nnodes.text if nnodes is not None else "1"
-            if nnodes is not None and nnodes.resolved and ":" in nodes_text:
-                low, _, high = nodes_text.partition(":")
-                nodes_text = high
-            per_node = _int(nproc) if nproc is not None else 1
-            nodes = int(nodes_text) if nodes_text.isdigit() and (nnodes is None or nnodes.resolved) else None
-            launch.gpus_per_node, launch.nodes = per_node, nodes
-            if per_node is not None and nodes is not None:
-                launch.world_size = per_node * nodes
-                launch.why = f"{layer.kind} --nnodes {nodes} x --nproc-per-node {per_node}"
-            else:
-                unknown = nproc if per_node is None else nnodes
-                launch.why = f"{layer.kind}: {unknown.raw or unknown.text if unknown else '?'} is not known statically"
-            launch.where = nproc or nnodes or layer.name
-            return launch
+            return _torchrun(launch, layer)
         if layer.kind == "deepspeed":
             return _deepspeed(launch, layer)
         if layer.kind == "accelerate":
-            total = layer.get("--num_processes")
-            machines = _int(layer.get("--num_machines")) or 1
-            launch.world_size, launch.nodes = _int(total), machines
-            launch.gpus_per_node = launch.world_size // machines if launch.world_size else None
-            launch.why = (f"accelerate --num_processes {launch.world_size}" if launch.world_size
-                          else "accelerate: --num_processes is not given (it comes from the accelerate config)")
-            launch.where = total or layer.name
-            return launch
+            return _accelerate(launch, layer)
         if layer.kind == "mpirun":
-            launch.world_size = _int(layer.get("-np"))
-            launch.gpus_per_node = _int(layer.get("-npernode"))
-            launch.why = f"mpirun -np {launch.world_size}" if launch.world_size else "mpirun: -np unknown"
-            launch.where = layer.get("-np") or layer.name
-            return launch
+            return _mpirun(launch, layer)
         if layer.kind == "srun":
             return _srun(launch, layer)
     if env_ws is not None and _int(env_ws):
@@ -217,6 +111,45 @@ def _finish(launch: Launch) -> Launch:
     launch.world_size, launch.gpus_per_node = 1, None
     launch.why = "a single python process (no launcher)"
     launch.where = launch.layers[0].name if launch.layers else None
+    return launch
+
+
+def _torchrun(launch: Launch, layer: Layer) -> Launch:
+    nproc = layer.get("--nproc-per-node", "--nproc_per_node")
+    nnodes = layer.get("--nnodes")
+    nodes_text = nnodes.text if nnodes is not None else "1"
+    if nnodes is not None and nnodes.resolved and ":" in nodes_text:
+        low, _, high = nodes_text.partition(":")
+        nodes_text = high
+    per_node = _int(nproc) if nproc is not None else 1
+    nodes = int(nodes_text) if nodes_text.isdigit() and (nnodes is None or nnodes.resolved) else None
+    launch.gpus_per_node, launch.nodes = per_node, nodes
+    if per_node is not None and nodes is not None:
+        launch.world_size = per_node * nodes
+        launch.why = f"{layer.kind} --nnodes {nodes} x --nproc-per-node {per_node}"
+    else:
+        unknown = nproc if per_node is None else nnodes
+        launch.why = f"{layer.kind}: {unknown.raw or unknown.text if unknown else '?'} is not known statically"
+    launch.where = nproc or nnodes or layer.name
+    return launch
+
+
+def _accelerate(launch: Launch, layer: Layer) -> Launch:
+    total = layer.get("--num_processes")
+    machines = _int(layer.get("--num_machines")) or 1
+    launch.world_size, launch.nodes = _int(total), machines
+    launch.gpus_per_node = launch.world_size // machines if launch.world_size else None
+    launch.why = (f"accelerate --num_processes {launch.world_size}" if launch.world_size
+                  else "accelerate: --num_processes is not given (it comes from the accelerate config)")
+    launch.where = total or layer.name
+    return launch
+
+
+def _mpirun(launch: Launch, layer: Layer) -> Launch:
+    launch.world_size = _int(layer.get("-np"))
+    launch.gpus_per_node = _int(layer.get("-npernode"))
+    launch.why = f"mpirun -np {launch.world_size}" if launch.world_size else "mpirun: -np unknown"
+    launch.where = layer.get("-np") or layer.name
     return launch
 
 

@@ -37,6 +37,20 @@ class Heredoc:
 
 
 @dataclass
+class Render:
+    """`sed ... TMPL > OUT`, `cat TMPL | sed ... > OUT`, `envsubst < TMPL > OUT` or `sed -i ... FILE`:
+    kept so that a reader of OUT (a DeepSpeed config) can render it from its template."""
+
+    stages: list[tuple[list[LText], LText | None]]  # each command's words and its `< FILE`
+    target: LText | None  # `> FILE`; None for `sed -i`, which rewrites the files it reads
+    span: Span
+    path: str
+    heredocs_before: int  # heredocs written before it: orders renders and heredocs
+    environment: dict[str, LText]  # exported variables (and the command's own VAR=x) when it ran
+    condition: str = ""
+
+
+@dataclass
 class Finding:
     """Something about the script itself: a syntax error, an unresolved `source`, an assumption."""
 
@@ -51,6 +65,7 @@ class Script:
     path: str
     commands: list[Command] = field(default_factory=list)
     heredocs: list[Heredoc] = field(default_factory=list)
+    renders: list[Render] = field(default_factory=list)
     variables: dict[str, Var] = field(default_factory=dict)
     exports: dict[str, tuple[LText, Span, str]] = field(default_factory=dict)  # name -> value, where, file
     sbatch: list[tuple[str, LText]] = field(default_factory=list)  # (option, value or "")
