@@ -1,5 +1,4 @@
-"""Which Megatron flags must change for a changed job (layout, batch, recompute, precision, sharding): data only,
-written back by write_megatron as edits of the script or as argv words to append."""
+"""Which Megatron flags a changed job needs (layout, batch, recompute, precision, sharding): data only."""
 
 from __future__ import annotations
 

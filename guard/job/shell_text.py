@@ -1,5 +1,4 @@
-"""Reading a launch script's text around a value: the variable it is assigned to, the lines that use that
-variable, `#SBATCH` lines, and the range that removing a word from a command takes."""
+"""A launch script's text around a value: its variable, that variable's uses, #SBATCH lines, word removal."""
 
 from __future__ import annotations
 
