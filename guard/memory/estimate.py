@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from guard.job.training_job import TrainingJob
 from guard.memory import activations as acts
 from guard.memory import overheads, schedule
 from guard.memory.catalog import Gpu
-from guard.memory.params import REPLICATED, Inventory, add_layer, model_param_count, padding_params, rank_inventory
-from guard.job.training_job import TrainingJob
+from guard.memory.params import (
+    REPLICATED,
+    Inventory,
+    add_layer,
+    model_param_count,
+    padding_params,
+    rank_inventory,
+)
 from guard.memory.states import model_states
+from guard.units import GIB, MIB
 
 COMPONENTS = ("params", "grads", "optimizer", "activations", "embedding_activations", "logits", "buffers",
               "transient", "runtime")
@@ -135,16 +143,16 @@ def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
 def _explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float], inflight: float, stash: float,
              logits_stored: float, logits_transient: float) -> list[str]:
     """The stash, logits and padding formulas with their numbers, for --explain."""
-    mib = 2**20
+    mib = MIB
     all_layers = [i for c in chunks for i in c.layers]
     explain: list[str] = []
     if len(chunks) == 1 and all_layers:
         explain.append(f"activations = {inflight} microbatches x {sizes[0] / mib:,.1f} MiB (the stage's "
-                       f"{len(all_layers)} layers, one microbatch) = {stash / 2**30:.2f} GiB")
+                       f"{len(all_layers)} layers, one microbatch) = {stash / GIB:.2f} GiB")
     elif all_layers:
         explain.append(f"activations = {inflight} virtual microbatches over chunks of "
                        f"{[round(x / mib, 1) for x in sizes]} MiB (interleaved order simulated) = "
-                       f"{stash / 2**30:.2f} GiB")
+                       f"{stash / GIB:.2f} GiB")
     if logits_stored:
         explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.layout.seq_shards} x {setup.micro_batch} x "
                        f"{setup.vocab} / {setup.layout.tp}; kept {logits_stored / mib:,.1f} MiB "

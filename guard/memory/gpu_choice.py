@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from guard.memory.catalog import Gpu, custom, lookup
-from guard.memory.units import parse_size
+from guard.units import parse_size
 
 
 def choose_gpu(name: str | None = None, memory: str | None = None) -> Gpu | None:

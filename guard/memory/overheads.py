@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory.zero_layout import largest_tensor
-
-MIB = 1 << 20
+from guard.units import MIB
 
 
 @dataclass(frozen=True)

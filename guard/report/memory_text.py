@@ -6,7 +6,7 @@ from typing import TextIO
 
 from guard.memory import overheads
 from guard.memory.estimate import Estimate, StageEstimate
-from guard.memory.units import GIB, gib
+from guard.units import GIB, MIB, gib
 
 COLUMNS = (("params", "params"), ("grads", "grads"), ("optimizer", "optim"), ("activations", "acts"),
            ("embedding_activations", "emb"), ("logits", "logits"), ("buffers", "buffers"),
@@ -126,7 +126,7 @@ def _explain(est: Estimate, out: TextIO) -> None:
                   f"({'DeepSpeed TrainSchedule' if s.ds_pipeline else 'schedule simulation'}); one layer, one "
                   f"microbatch{' (selective recompute applied)' if s.recompute == 'selective' else ''}:\n")
         for name, value in st.terms["layer activations (one microbatch)"].items():
-            out.write(f"  {name:48} {value / 2**20:12.2f} MiB\n")
+            out.write(f"  {name:48} {value / MIB:12.2f} MiB\n")
         if s.recompute == "full":
             out.write(f"  full recompute ({s.recompute_method}, {s.recompute_num_layers} layers per checkpoint): "
                       f"only each group's input is stashed\n")
@@ -135,11 +135,11 @@ def _explain(est: Estimate, out: TextIO) -> None:
             if parts:
                 out.write(f"{section}:\n")
                 for name, value in parts.items():
-                    out.write(f"  {name:48} {value / 2**20:12.2f} MiB\n")
+                    out.write(f"  {name:48} {value / MIB:12.2f} MiB\n")
         out.write(f"phases (allocated): forward/backward {gib(st.phases['forward/backward'])} GiB, optimizer step "
                   f"{gib(st.phases['optimizer step'])} GiB -> peak in {st.phase}\n")
     out.write("\nruntime defaults (override with --set NAME=VALUE):\n")
     for name, default in {**overheads.RUNTIME_DEFAULTS, **overheads.BUFFER_DEFAULTS}.items():
         value = s.overrides.get(name, default.value)
-        shown = f"{value / 2**20:.0f} MiB" if default.unit == "bytes" else f"{value:g}"
+        shown = f"{value / MIB:.0f} MiB" if default.unit == "bytes" else f"{value:g}"
         out.write(f"  {name} = {shown}: {default.source}\n")

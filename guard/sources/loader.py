@@ -7,9 +7,10 @@ import os
 from guard.sources.document import Document, SourceError
 from guard.sources.json_source import parse_json
 from guard.sources.yaml_source import parse_yaml
+from guard.units import MIB
 
 YAML_SUFFIXES = (".yaml", ".yml")
-MAX_BYTES = 16 * 2**20  # a DeepSpeed config is a few kilobytes; refuse to chew on a dump
+MAX_BYTES = 16 * MIB  # a DeepSpeed config is a few kilobytes; refuse to chew on a dump
 
 
 def read_text(path: str) -> tuple[str, bool]:
