@@ -108,6 +108,7 @@ class Checker:
         diags = [SCRIPT_FINDINGS[f.kind].diagnostic(f.path, f.message, f.span) for f in found.findings]
         for job in found.jobs:
             diags.extend(self._run_megatron(job))
+            diags.extend(self._check_rendered(job))
         for heredoc in found.script.heredocs if found.script else []:
             diags.extend(self._check_heredoc(heredoc))
         return self._filter(diags, shell_comments(text)), False
@@ -150,6 +151,23 @@ class Checker:
             out.append(replace(diag, path=heredoc.path, span=span, related=[],
                                message=f"{diag.message} (in the DeepSpeed config written to "
                                        f"{heredoc.target.text})"))
+        return out
+
+    def _check_rendered(self, cmd) -> list[Diagnostic]:
+        """A DeepSpeed config the script renders from a template: lint it, located in the template."""
+        from dataclasses import replace
+
+        from guard.diagnostic import Span
+
+        source = cmd.deepspeed_config
+        if source is None or source.rendered is None:
+            return []
+        out = []
+        for diag in self._check_document(source.rendered, explicit=False, world_size=False):
+            keys = [k.replace("~1", "/").replace("~0", "~") for k in (diag.pointer or "").split("/")[1:]]
+            path, span = source.locate(*keys) if keys else (diag.path, Span(1, 1))
+            out.append(replace(diag, path=path, span=Span(span.line, span.col), related=[],
+                               message=f"{diag.message} (in {source.label})"))
         return out
 
     def _judge_context(self, ctx: DsConfig) -> None:

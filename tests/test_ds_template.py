@@ -264,3 +264,22 @@ def test_sed_errors_are_one_line_reasons():
 
 def words(*texts: str) -> list[LText]:
     return [LText.plain(text) for text in texts]
+
+
+def test_check_lints_a_rendered_config_in_its_template(tmp_path):
+    """A typo in the template is found by guard check and located where the user writes it: in the template."""
+    import json as _json
+    import shutil
+
+    from conftest import run_guard
+
+    from pathlib import Path
+
+    here = Path(__file__).parent / "fixtures" / "templates"
+    shutil.copy(here / "pretrain_fp16_sed.sh", tmp_path / "pretrain_fp16_sed.sh")
+    template = (here / "ds_gpt_TEMPLATE.json").read_text().replace('"zero_optimization"', '"zero_optimisation"')
+    (tmp_path / "ds_gpt_TEMPLATE.json").write_text(template)
+    code, out, err = run_guard("check", "--isolated", "--format", "json", str(tmp_path / "pretrain_fp16_sed.sh"))
+    typo = [d for d in _json.loads(out) if d["code"] == "DS102"]
+    line = next(i for i, text in enumerate(template.splitlines(), 1) if "zero_optimisation" in text)
+    assert typo and typo[0]["path"].endswith("ds_gpt_TEMPLATE.json") and typo[0]["line"] == line, out

@@ -26,6 +26,7 @@ class DsConfigSource:
     label: str  # file path, "heredoc at line N", or "TEMPLATE as rendered by the script at line N"
     locate: Any  # callable(*json_path) -> (path, Span)
     notes: list[str] = field(default_factory=list)  # what guard left as written (unknown log paths)
+    rendered: Any = None  # the rendered Document when a template was rendered (linted like a heredoc)
 
 
 def attach_deepspeed_config(job, script: Script) -> str:
@@ -50,7 +51,7 @@ def attach_deepspeed_config(job, script: Script) -> str:
         rendered = render_config(job.path, steps, index, value)
         if rendered.doc is not None:
             job.deepspeed_config = DsConfigSource(rendered.doc.data, rendered.label, _rendered_locator(rendered),
-                                                  rendered.notes)
+                                                  rendered.notes, rendered.doc)
         return rendered.problem
     if not value.resolved:
         return f"the DeepSpeed config path {value.raw or target} is unknown and no command of the script writes it"
