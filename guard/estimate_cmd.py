@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
 
 def _overrides(items: list[str]) -> dict[str, float]:
     from guard.memory.overheads import BUFFER_DEFAULTS, RUNTIME_DEFAULTS
-    from guard.memory.units import parse_size
+    from guard.units import parse_size
 
     out: dict[str, float] = {}
     known = {**RUNTIME_DEFAULTS, **BUFFER_DEFAULTS}

@@ -81,7 +81,8 @@ def test_frozen_language_model_has_no_gradients_or_optimizer_state():
 def test_a_bert_program_is_named_unmodelled():
     args = FROZEN.replace("examples/multimodal/train.py", "pretrain_bert.py").replace(
         " --freeze-LM --freeze-ViT", "").replace("NullTokenizer", "BertWordPieceLowerCase")
-    code, out, err = run_guard("estimate", "--isolated", "--megatron-args", args, "--format", "json")
+    code, out, err = run_guard("estimate", "--isolated", "--megatron-args", args, "--vocab-size", "30524",
+                               "--format", "json")
     assert any("BERT" in u["feature"] and u["setting"] == "pretrain_bert.py"
                for u in json.loads(out)["unmodelled"])
 

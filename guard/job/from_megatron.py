@@ -118,8 +118,8 @@ def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None
     for feature in base.unmodelled if base else ():
         job.add_unmodelled(feature, base.source or "--model / --hf-config")
     divisible = fv.int("make_vocab_size_divisible_by") or 128
-    null_tok = str(fv.value("tokenizer_type")) == "NullTokenizer" and vocab is None and base is None
-    job.padded_vocab = derived.padded_vocab_size(arch.vocab, divisible, job.layout.tp or 1, null_tok)
+    # the tokenizer's size already counts the EOD a NullTokenizer adds, where that Megatron adds one
+    job.padded_vocab = derived.padded_vocab_size(arch.vocab, divisible, job.layout.tp or 1)
 
 
 def _sequence(fv: FlagValues) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from guard.job.architecture import Architecture, moe_layer_pattern
 from guard.job.flag_values import FlagValues, list_expression
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob
+from guard.job.vocab import TokenizerArgs, resolve_vocabulary
 from guard.megatron import derived
 
-# Vocabulary sizes of tokenizers that carry no vocab file argument guard could read.
-TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
 
 
 def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -> Architecture:
@@ -93,22 +94,37 @@ def _deepspeed_experts(fv: FlagValues, layers: int, ffn: int) -> dict:
 
 
 def vocab_size(fv: FlagValues, b: Architecture | None, vocab: int | None) -> int:
-    """The tokenizer's size before padding: --vocab-size (CLI or flag), the preset, or the tokenizer's files."""
+    """The tokenizer's size before padding: guard's --vocab-size, the preset, or as Megatron's tokenizer builder
+    gets it (the program's default tokenizer, the vocab/tokenizer files when they are on this machine)."""
     cmd = fv.cmd
     if vocab:
         fv.job.origins["arch.vocab"] = Origin("cli", "--vocab-size")
         return vocab
     if b is not None:
         return b.vocab
-    if cmd.given("vocab_size"):
-        fv.job.origins["arch.vocab"] = fv.origin("vocab_size")
-        return fv.int("vocab_size")
-    tokenizer = fv.value("tokenizer_type")
-    size = TOKENIZER_VOCAB.get(str(tokenizer))
-    if size is None:
-        which = f"--tokenizer-type {tokenizer} reads it from its files" if tokenizer else "no --tokenizer-type"
-        raise IncompleteJob(f"{cmd.path}: the vocabulary size is not in the command ({which}): "
-                            "give --vocab-size N, --model or --hf-config")
-    fv.job.origins["arch.vocab"] = fv.origin("tokenizer_type")
-    return size
+    given = cmd.given("tokenizer_type")
+    args = TokenizerArgs(cmd.v("tokenizer_type") if given else None, cmd.int_("vocab_size"),
+                         _text(cmd, "vocab_file"), _text(cmd, "tokenizer_model"),
+                         cmd.int_("vocab_extra_ids") or 0, tuple(cmd.v("special_tokens") or ()))
+    found = resolve_vocabulary(args, builder=cmd.table.tokenizer_builder, program=cmd.program,
+                               program_default=cmd.table.program_default(cmd.program, "tokenizer_type"),
+                               search_dirs=[Path(cmd.path).parent, Path.cwd()])
+    if found.size is None and cmd.given("vocab_size") and cmd.int_("vocab_size"):
+        # the tokenizer's files are not on this machine: the command's own --vocab-size is the best guess left
+        # (Megatron reads a file-based tokenizer's size from its files and ignores the flag), and it is said so
+        fv.job.origins["arch.vocab"] = Origin("assumed", "--vocab-size", reason=found.reason)
+        why = found.reason.split("; give guard")[0]
+        fv.job.notes.append(f"vocabulary: assumed {cmd.int_('vocab_size')} from --vocab-size ({why})")
+        return cmd.int_("vocab_size")
+    if found.size is None:
+        raise IncompleteJob(f"{cmd.path}: {found.reason}")
+    fv.job.origins["arch.vocab"] = (fv.origin("tokenizer_type") if given else
+                                    Origin("default", found.tokenizer_from, reason=found.source))
+    if found.assumed:
+        fv.job.notes.append(f"vocabulary: {found.sentence}")
+    return found.size
 
+
+def _text(cmd, dest: str) -> str | None:
+    value = cmd.v(dest) if dest in cmd.table.by_dest and cmd.known(dest) else None
+    return str(value) if value else None

@@ -1,4 +1,4 @@
-"""Flags that entry scripts add through `extra_args_provider` (pretrain_gpt.py, examples/multimodal/train.py)."""
+"""What entry scripts add to Megatron's arguments: `extra_args_provider` flags and `args_defaults` values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import libcst as cst
 
-from guard.megatron.cst_values import dotted
+from guard.megatron.cst_values import NotLiteral, code, dotted, literal
 from guard.megatron.flag_extractor import Binding, FlagExtractor
 from guard.megatron.source_tree import SourceTree
 
@@ -82,3 +82,102 @@ def extract_entrypoints(root: Path, packages: dict[str, Path] | None = None) -> 
 def known_programs(root: Path) -> list[str]:
     """Entry scripts at the top of the checkout (pretrain_gpt.py, ...): their flags are the table's own."""
     return sorted(p.name for p in root.glob("*.py") if p.name.startswith(("pretrain_", "train_", "finetune")))
+
+
+DEFAULTS_KEYWORD = "args_defaults"
+DEFAULTS_SKIP_DIRS = {"tests", ".git", "docs", "__pycache__"}
+
+
+def _defaults_in(tree: cst.Module, rel: str, notes: list[str]) -> dict[str, Any]:
+    """The literal entries of every `args_defaults={...}` the file passes (pretrain, parse_and_validate_args);
+    a key two calls set differently is left out (which call runs is decided at run time)."""
+    found: dict[str, Any] = {}
+    conflicting: set[str] = set()
+
+    class Visit(cst.CSTVisitor):
+        def visit_Arg(self, node: cst.Arg) -> None:
+            if node.keyword is None or node.keyword.value != DEFAULTS_KEYWORD:
+                return
+            if not isinstance(node.value, cst.Dict):
+                # the library passes its own parameter on (`args_defaults=args_defaults`): not a program's
+                if dotted(node.value) != DEFAULTS_KEYWORD:
+                    notes.append(f"{rel}: args_defaults={code(node.value)} is not a dict literal")
+                return
+            for element in node.value.elements:
+                try:
+                    key, value = literal(element.key), literal(element.value)  # type: ignore[union-attr]
+                except (NotLiteral, AttributeError):
+                    entry = " ".join(code(element).split()).rstrip(",")
+                    notes.append(f"{rel}: args_defaults entry {entry} is not a literal")
+                    continue
+                if key in found and found[key] != value:
+                    notes.append(f"{rel}: args_defaults sets {key} to both {found[key]!r} and {value!r}")
+                    conflicting.add(key)
+                found.setdefault(key, value)
+
+    tree.visit(Visit())
+    return {k: v for k, v in found.items() if k not in conflicting}
+
+
+def _run_path_targets(tree: cst.Module) -> list[str]:
+    """String literals ending in .py inside `runpy.run_path(...)` (pretrain_mamba.py runs pretrain_hybrid.py)."""
+    targets: list[str] = []
+
+    class Visit(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if (dotted(node.func) or "").split(".")[-1] != "run_path":
+                return
+            for sub in _strings(node):
+                if sub.endswith(".py"):
+                    targets.append(sub)
+
+    tree.visit(Visit())
+    return targets
+
+
+def _strings(node: cst.CSTNode) -> list[str]:
+    out: list[str] = []
+
+    class Visit(cst.CSTVisitor):
+        def visit_SimpleString(self, string: cst.SimpleString) -> None:
+            value = string.evaluated_value
+            if isinstance(value, str):
+                out.append(value)
+
+    node.visit(Visit())
+    return out
+
+
+def extract_program_defaults(root: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """relative script path -> the `args_defaults` it hands Megatron (validate_args applies each one only
+    where the parsed value is None), and notes on what could not be read."""
+    root = Path(root)
+    notes: list[str] = []
+    defaults: dict[str, dict[str, Any]] = {}
+    delegates: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in DEFAULTS_SKIP_DIRS:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if DEFAULTS_KEYWORD not in text and "run_path" not in text:
+            continue
+        try:
+            tree = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            notes.append(f"{rel.as_posix()}: not parsable Python")
+            continue
+        found = _defaults_in(tree, rel.as_posix(), notes)
+        if found:
+            defaults[rel.as_posix()] = found
+        elif len(rel.parts) == 1:
+            delegates[rel.as_posix()] = _run_path_targets(tree)
+    for script, targets in delegates.items():
+        # a top-level wrapper that runs a sibling script as __main__ gets that script's defaults
+        inherited = [defaults[t] for t in targets if t in defaults]
+        if len(inherited) == 1:
+            defaults[script] = dict(inherited[0])
+    return dict(sorted(defaults.items())), notes

@@ -118,6 +118,48 @@ class FlagTable:
         same_name = [e for e in entries if e.rsplit("/", 1)[-1] == base]
         return same_name[0] if len(same_name) == 1 else None
 
+    @property
+    def tokenizer_builder(self) -> str:
+        """The build_tokenizer that sizes the model: "legacy", "core" or "megatron-deepspeed" (guard/job/vocab.py)."""
+        if self.flavour == "megatron-deepspeed":
+            return "megatron-deepspeed"
+        # Until Megatron-LM #2946 removed megatron/training/tokenizer together with --legacy-tokenizer,
+        # global_vars sized the model with it whatever that flag said; the core tokenizers (and their
+        # --tokenizer-metadata) came earlier, so the flag's absence alone does not mean "core".
+        core = "legacy_tokenizer" not in self.by_dest and \
+            ("metadata_path" in self.by_dest or "tokenizer_metadata" in self.by_dest)
+        return "core" if core else "legacy"
+
+    def program_defaults(self, program: str) -> dict[str, Any]:
+        """The `args_defaults` a program hands Megatron (pretrain_gpt.py: {"tokenizer_type": "GPT2BPETokenizer"}),
+        as recorded from its source; {} for a program the table does not know."""
+        recorded = self.data.get("program_defaults", {})
+        key = _script_key(program, list(recorded)) if program else None
+        return dict(recorded[key]) if key else {}
+
+    def program_default(self, program: str, dest: str) -> Any:
+        """The value the program's args_defaults gives `dest` when the command does not give it, or None.
+
+        validate_args sets a default only where the parsed value is None: a parser default that is not
+        None wins (args_defaults {'no_load_rng': True} never applies to a store_true flag), and so does a
+        flag given on the command line (Megatron warns and keeps it) -- the caller checks that one.
+        """
+        defaults = self.program_defaults(program)
+        if dest not in defaults or self.default(dest) is not None:
+            return None
+        return defaults[dest]
+
+
+def _script_key(program: str, keys: list[str]) -> str | None:
+    """The recorded script a program path names: by path suffix, else by a file name only one key has."""
+    program = program.replace("\\", "/")
+    by_suffix = [k for k in keys if program == k or program.endswith("/" + k)]
+    if by_suffix:
+        return max(by_suffix, key=len)
+    base = program.rsplit("/", 1)[-1]
+    same_name = [k for k in keys if k.rsplit("/", 1)[-1] == base]
+    return same_name[0] if len(same_name) == 1 else None
+
 
 @functools.lru_cache(maxsize=None)
 def load(ref: str, entrypoint: str | None = None) -> FlagTable:

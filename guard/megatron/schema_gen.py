@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.megatron.deprecations import validate_args_messages
-from guard.megatron.entrypoints import extract_entrypoints, known_programs
+from guard.megatron.entrypoints import extract_entrypoints, extract_program_defaults, known_programs
 from guard.megatron.flag_extractor import extract
 from guard.megatron.source_tree import SourceTree
 
@@ -52,6 +52,7 @@ def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | 
             if option in messages:
                 flag["deprecated"] = messages[option]
     entrypoints = extract_entrypoints(root, packages)
+    program_defaults, defaults_notes = extract_program_defaults(root)
     seen = {o for f in flags for o in f["option_strings"]}
     orphans = {k: v for k, v in messages.items() if k not in seen}
     return {
@@ -68,7 +69,9 @@ def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | 
         "programs": known_programs(root),
         "entrypoints": {path: {"providers": e["providers"], "flags": e["flags"]}
                         for path, e in entrypoints.items()},
-        "notes": extraction.notes + [n for e in entrypoints.values() for n in e["notes"]],
+        # `args_defaults` each script passes: validate_args sets them where the parsed value is None
+        "program_defaults": program_defaults,
+        "notes": extraction.notes + [n for e in entrypoints.values() for n in e["notes"]] + defaults_notes,
     }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from guard.memory.estimate import COMPONENTS, Estimate
-from guard.memory.units import GIB
+from guard.units import GIB
 
 
 def plot(est: Estimate, path: str) -> None:

@@ -52,7 +52,7 @@ def predicted_oom(job: MegatronCheck) -> None:
     from guard.job.training_job import IncompleteJob
     from guard.memory.estimate import estimate
     from guard.memory.gpu_choice import choose_gpu
-    from guard.memory.units import gib
+    from guard.units import gib
 
     setup = job.job
     try:
