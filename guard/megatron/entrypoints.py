@@ -15,17 +15,21 @@ SKIP_DIRS = {"tests", "megatron", ".git", "docs", "__pycache__"}
 MARKER = "extra_args_provider"
 
 
+def python_sources(root: Path, skip: set[str]):
+    """(path, text) of every Python file of the checkout outside the `skip` top-level folders."""
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in skip:
+            continue
+        try:
+            yield path, path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+
+
 def entry_scripts(root: Path) -> list[Path]:
     """Python files outside the library that pass an extra_args_provider."""
     out = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if rel.parts[0] in SKIP_DIRS:
-            continue
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
+    for path, text in python_sources(root, SKIP_DIRS):
         if MARKER + "=" in text.replace(" ", ""):
             out.append(path)
     return out
@@ -155,14 +159,8 @@ def extract_program_defaults(root: Path) -> tuple[dict[str, dict[str, Any]], lis
     notes: list[str] = []
     defaults: dict[str, dict[str, Any]] = {}
     delegates: dict[str, list[str]] = {}
-    for path in sorted(root.rglob("*.py")):
+    for path, text in python_sources(root, DEFAULTS_SKIP_DIRS):
         rel = path.relative_to(root)
-        if rel.parts[0] in DEFAULTS_SKIP_DIRS:
-            continue
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
         if DEFAULTS_KEYWORD not in text and "run_path" not in text:
             continue
         try:

@@ -109,14 +109,7 @@ class FlagTable:
 
     def entry_for(self, program: str) -> str | None:
         """The vendored entry script a program path names (`$MEGATRON/pretrain_gpt.py`, `train.py`)."""
-        program = program.replace("\\", "/")
-        entries = list(self.data.get("entrypoints", {}))
-        by_suffix = [e for e in entries if program == e or program.endswith("/" + e)]
-        if by_suffix:
-            return max(by_suffix, key=len)
-        base = program.rsplit("/", 1)[-1]
-        same_name = [e for e in entries if e.rsplit("/", 1)[-1] == base]
-        return same_name[0] if len(same_name) == 1 else None
+        return _script_key(program, list(self.data.get("entrypoints", {})))
 
     @property
     def tokenizer_builder(self) -> str:
