@@ -110,6 +110,11 @@ def _deepspeed(fv: FlagValues) -> None:
         job.zero_stage = stage
         job.origins["zero_stage"] = fv.origin("zero_stage")
     job.distributed_optimizer = False
+    if job.arch is not None and job.arch.is_moe and job.zero_stage >= 1 and (job.layout.ep or 1) > 1:
+        # DeepSpeed puts expert parameters in their own groups, partitioned over the expert data-parallel
+        # group (DP / EP: runtime/zero/stage_1_and_2.py real_dp_process_group); guard partitions them over DP
+        job.add_unmodelled("ZeRO partitions of the expert parameters over DP / EP (priced over DP: too low)",
+                           cmd.option("moe_expert_parallel_size"), fv.origin("moe_expert_parallel_size"))
 
 
 def _precision_in(config: dict) -> bool:

@@ -117,10 +117,16 @@ def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
     static = states.params + states.grads + states.optimizer + sum(buf.values())
     fwd = static + stash_edges + max(logits_transient, backward)
     step = static + states.step_transient + sum(step_buf.values())
-    in_step = step > fwd
-    allocated = max(fwd, step)
+    # ZeRO-1 reducing after backward holds gradients beyond its partition until the reduce (zero_paths.py);
+    # the last microbatch's activations are gone by then
+    reduce = static + sum(states.reduce_terms.values())
+    phases = {"forward/backward": fwd, "optimizer step": step, "gradient reduction": reduce}
+    phase = max(phases, key=phases.get)
+    in_step = phase != "forward/backward"
+    allocated = phases[phase]
     runtime = overheads.runtime(setup, allocated)
-    transient = (states.step_transient + sum(step_buf.values())) if in_step else max(logits_transient, backward)
+    transient = {"forward/backward": max(logits_transient, backward), "gradient reduction":
+                 sum(states.reduce_terms.values()), "optimizer step": step - static}[phase]
     components = {
         "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
         "activations": 0 if in_step else round(stash),
@@ -132,12 +138,13 @@ def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
                                                                     " copies": states.step_transient},
              "transient": {"recompute working set": working, "backward gradient temporaries": grad_temps,
                            "loss fp32 upcast": logits_transient},
+             "gradient reduction": dict(states.reduce_terms),
              "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
     explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
                                               logits_transient)
-    return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components,
-                         "optimizer step" if in_step else "forward/backward",
-                         {"forward/backward": round(fwd), "optimizer step": round(step)}, states.host, terms, explain)
+    return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
+                         {name: round(value) for name, value in phases.items() if name != "gradient reduction"
+                          or states.reduce_terms}, states.host, terms, explain)
 
 
 def _explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float], inflight: float, stash: float,

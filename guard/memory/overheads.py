@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory.zero_layout import largest_tensor
+from guard.memory.zero_paths import bucket_terms
 from guard.units import MIB
 
 
@@ -84,9 +85,9 @@ def buffers(setup: TrainingJob, rank_params: int, largest_layer_params: int, rep
     if stage in (1, 2):
         bucket = zero_bucket(setup, "reduce_bucket_size")
         largest = largest_tensor(setup)
-        out["ZeRO reduce bucket"] = bucket * p_b
-        if largest > bucket:  # a gradient larger than the bucket is reduced on its own, beside the bucket
-            out["gradient larger than the reduce bucket"] = largest * p_b
+        # the reduce bucket(s), or the gradients waiting in it, and a gradient larger than the bucket beside it:
+        # which, and how many, follow contiguous_gradients / overlap_comm (zero_paths.py)
+        out.update(bucket_terms(setup, bucket, largest, p_b))
         if setup.offload_optimizer != "none":  # temp_grad_buffer_for_gpu_offload: the largest tensor's gradient
             out["offload gradient staging (largest tensor)"] = largest * p_b
         step["ZeRO all-gather bucket"] = min(zero_bucket(setup, "allgather_bucket_size"), rank_params) * p_b

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from guard.memory.params import Inventory
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory.zero_layout import largest_tensor, layout_for
+from guard.memory import zero_paths
+from guard.memory.overheads import zero_bucket
+from guard.memory.params import Inventory
+from guard.memory.zero_layout import ZeroLayout, largest_tensor, layout_for, zero_layout
 
 
 @dataclass
@@ -21,6 +23,9 @@ class States:
     terms: dict[str, int] = field(default_factory=dict)  # device-resident states by name
     step_terms: dict[str, int] = field(default_factory=dict)  # what the optimizer step allocates, by name
     host_terms: dict[str, int] = field(default_factory=dict)  # offloaded states by name
+    # stage 1: gradients held from the end of autograd's backward until the epilogue frees them, beside the
+    # partition and the buffers (activations are freed by then); in neither phase of estimate.py yet
+    reduce_terms: dict[str, int] = field(default_factory=dict)
 
 
 def moment_bytes(setup: TrainingJob) -> int:
@@ -66,42 +71,30 @@ def zero_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) 
     - Stages 1-3 always keep an fp32 master partition, even for fp32 models (a copy the inner optimizer updates).
     - Stages 1 and 2 share stage_1_and_2.py: both end the backward holding only the gradients of the tensors
       that touch this rank's slice (the ZeRO paper's P_os keeps full gradients). The step flattens them (a
-      copy) and converts that to fp32 (another, for 16-bit models) before the inner optimizer runs.
+      copy) and converts that to fp32 (another, for 16-bit models) before the inner optimizer runs. Which
+      path reduces them (and what else it holds meanwhile) follows the zero_optimization keys: zero_paths.py;
+      stage 1 without overlap_comm holds every gradient until the post-backward reduce (`reduce_terms`).
     - Stage 3 copies its gradient partition to fp32 for the step, whatever the model's dtype.
     """
     psi, n, stage = inv.total, setup.layout.zero_shard or 1, setup.zero_stage
-    low = setup.params_dtype != "fp32"
     p_b = DTYPE_BYTES[setup.params_dtype]
-    moments = moment_bytes(setup)
-    layout = layout_for(setup.param_groups, psi, n, stage)
-    grad_elems = max(layout.grad_buffers) if dp_rank is None else layout.grad_buffers[dp_rank]
-    part = layout.partition
+    groups = zero_paths.ordered_groups(setup, setup.param_groups, n)  # round_robin_gradients reorders
+    layout = layout_for(groups, psi, n, stage)
     out = States()
-    if stage == 0:
-        master = psi * 4 if low else 0
-        out.terms = {"parameters": psi * p_b, "gradients": psi * p_b, "fp32 master weights": master,
-                     "optimizer moments": psi * moments}
-        out.step_terms = {"fp32 gradient copies": psi * 4 if low else 0}
-        step_tensor = psi
-    else:
-        params = layout.flat if stage < 3 else part
-        out.terms = {"parameters": params * p_b, "gradients": grad_elems * p_b, "fp32 master weights": part * 4,
-                     "optimizer moments": part * moments}
-        if stage == 3:  # one fp32 buffer sized for the largest sub-group, reused by each
-            step_tensor = min(int(setup.zero_buckets.get("sub_group_size", 1e9)), layout.largest_group_partition)
-            out.step_terms = {"fp32 gradient copy": step_tensor * 4}
-        else:  # group by group: flatten (a copy), convert to fp32 (another, for 16-bit models), step, free
-            step_tensor = layout.largest_group_partition
-            out.step_terms = {"flattened gradient partition": step_tensor * p_b,
-                              "fp32 gradient copy": step_tensor * 4 if low else 0}
+    step_tensor = _zero_terms(setup, out, psi, groups, layout, dp_rank)
     # torch's (foreach) Adam allocates sqrt(exp_avg_sq) as a new fp32 tensor; fused Adam works in place
-    if setup.optimizer_impl == "torch" and setup.optimizer == "adam":
+    if _torch_adam(setup):
         out.step_terms["torch Adam sqrt(exp_avg_sq) temporary"] = step_tensor * 4
+    if stage in (1, 2):
+        out.reduce_terms = zero_paths.reduce_terms(setup, psi, p_b, zero_bucket(setup, "reduce_bucket_size"),
+                                                   largest_tensor(setup), groups, dp_rank)
+        out.explain += zero_paths.path_explain(setup)
     if layout.padding and stage:  # the padding is inside the flat groups / partitions priced above
         out.explain.append(f"alignment padding: {layout.padding:,} elements over the flat groups / partitions")
     if setup.offload_optimizer != "none":
         # the optimizer lives in host RAM: master, moments, a persistent fp32 gradient partition, and (stages
         # 1-2) a 16-bit copy of the parameter partition plus a pinned staging buffer of the largest tensor
+        part = layout.partition
         out.host_terms = {"fp32 master weights": out.terms.pop("fp32 master weights"),
                           "optimizer moments": out.terms.pop("optimizer moments"),
                           "fp32 gradient partition": part * 4}
@@ -119,16 +112,73 @@ def zero_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) 
     out.optimizer = out.terms.get("fp32 master weights", 0) + out.terms.get("optimizer moments", 0)
     out.step_transient = sum(out.step_terms.values())
     out.host = sum(out.host_terms.values())
+    _zero_explain(setup, out, n)
+    return out
+
+
+def _zero_terms(setup: TrainingJob, out: States, psi: int, groups: list[list[int]] | None, layout: ZeroLayout,
+                dp_rank: int | None) -> int:
+    """Fill the device terms and the step's copies; returns the elements of the step's largest copy."""
+    stage, n, low = setup.zero_stage, setup.layout.zero_shard or 1, setup.params_dtype != "fp32"
+    p_b, moments, part = DTYPE_BYTES[setup.params_dtype], moment_bytes(setup), layout.partition
+    if stage == 0:
+        out.terms = {"parameters": psi * p_b, "gradients": psi * p_b, "fp32 master weights": psi * 4 if low else 0,
+                     "optimizer moments": psi * moments}
+        out.step_terms = {"fp32 gradient copies": psi * 4 if low else 0}
+        return psi
+    grad_elems = max(layout.grad_buffers) if dp_rank is None else layout.grad_buffers[dp_rank]
+    out.terms = {"parameters": (layout.flat if stage < 3 else part) * p_b, "gradients": grad_elems * p_b,
+                 "fp32 master weights": part * 4, "optimizer moments": part * moments}
+    if stage == 3:  # one fp32 buffer sized for the largest sub-group, reused by each
+        step_tensor = min(int(setup.zero_buckets.get("sub_group_size", 1e9)), layout.largest_group_partition)
+        out.step_terms = {"fp32 gradient copy": step_tensor * 4}
+        return step_tensor
+    # group by group: flatten (a copy), convert to fp32 (another, for 16-bit models), step, free
+    step_tensor, freed = _stage12_step_group(setup, groups, psi, n, layout, dp_rank)
+    out.step_terms = {"flattened gradient partition": step_tensor * p_b,
+                      "fp32 gradient copy": step_tensor * 4 if low else 0}
+    if freed:
+        out.step_terms["gradients of the groups already stepped, freed"] = -freed
+    return step_tensor
+
+
+def _zero_explain(setup: TrainingJob, out: States, n: int) -> None:
     where = {0: "every rank holds everything", 1: "optimizer states partitioned", 2: "optimizer states and "
-             "gradients partitioned", 3: "parameters, gradients and optimizer states partitioned"}[stage]
-    out.explain.insert(0, f"ZeRO-{stage} over DP={n} ({where}): " + ", ".join(
+             "gradients partitioned", 3: "parameters, gradients and optimizer states partitioned"}[setup.zero_stage]
+    out.explain.insert(0, f"ZeRO-{setup.zero_stage} over DP={n} ({where}): " + ", ".join(
         f"{name} {value:,} B" for name, value in out.terms.items()))
     if out.step_terms:
         out.explain.append("during the step: " + ", ".join(f"{k} {v:,} B" for k, v in out.step_terms.items()))
     if out.host_terms:
         out.explain.append(f"offload_optimizer={setup.offload_optimizer}: in host RAM " + ", ".join(
             f"{k} {v:,} B" for k, v in out.host_terms.items()))
-    return out
+    if out.reduce_terms:
+        out.explain.append("after autograd's backward, until the epilogue frees them (activations freed by then; "
+                           "not yet a phase of the estimate): "
+                           + ", ".join(f"{k} {v:,} B" for k, v in out.reduce_terms.items()))
+
+
+def _torch_adam(setup: TrainingJob) -> bool:
+    return setup.optimizer_impl == "torch" and setup.optimizer == "adam"
+
+
+def _stage12_step_group(setup: TrainingJob, groups: list[list[int]] | None, psi: int, n: int, layout: ZeroLayout,
+                        dp_rank: int | None) -> tuple[int, int]:
+    """(partition the step's copies are priced for, gradient bytes freed before that group steps).
+
+    stage_1_and_2.py step(): with contiguous gradients every group's gradients are views of one buffer
+    (grads_in_partition) that lives until the last group, so the largest group prices the copies; without, each
+    group's gradients are freed (free_grad_in_param_list) before the next group flattens its own, so the peak is
+    the group whose copies, less what the groups before it freed, are largest."""
+    if (zero_paths.gradient_path(setup).contiguous or not groups or sum(map(sum, groups)) != psi
+            or len(groups) < 2):
+        return layout.largest_group_partition, 0
+    p_b = DTYPE_BYTES[setup.params_dtype]
+    per_byte = p_b + (4 if setup.params_dtype != "fp32" else 0) + (4 if _torch_adam(setup) else 0)
+    per_group = [zero_layout([g], n, setup.zero_stage) for g in groups]
+    index, freed = zero_paths.step_release([g.grad_buffers for g in per_group],
+                                           [g.partition * per_byte for g in per_group], p_b, dp_rank)
+    return per_group[index].partition, freed
 
 
 def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) -> States:
@@ -139,6 +189,6 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None)
         # only parameters that require grad); only the weights stay
         out.grads = out.optimizer = out.step_transient = out.host = 0
         out.terms = {k: v for k, v in out.terms.items() if k == "parameters"}
-        out.step_terms, out.host_terms = {}, {}
+        out.step_terms, out.host_terms, out.reduce_terms = {}, {}, {}
         out.explain.append("the language model is frozen (--freeze-LM): no gradients, no optimizer state")
     return out

@@ -130,14 +130,14 @@ def _explain(est: Estimate, out: TextIO) -> None:
         if s.recompute == "full":
             out.write(f"  full recompute ({s.recompute_method}, {s.recompute_num_layers} layers per checkpoint): "
                       f"only each group's input is stashed\n")
-        for section in ("transient", "buffers", "optimizer step", "runtime"):
+        for section in ("transient", "buffers", "gradient reduction", "optimizer step", "runtime"):
             parts = {k: v for k, v in st.terms[section].items() if v}
             if parts:
                 out.write(f"{section}:\n")
                 for name, value in parts.items():
                     out.write(f"  {name:48} {value / MIB:12.2f} MiB\n")
-        out.write(f"phases (allocated): forward/backward {gib(st.phases['forward/backward'])} GiB, optimizer step "
-                  f"{gib(st.phases['optimizer step'])} GiB -> peak in {st.phase}\n")
+        shown = ", ".join(f"{name} {gib(value)} GiB" for name, value in st.phases.items())
+        out.write(f"phases (allocated): {shown} -> peak in {st.phase}\n")
     out.write("\nruntime defaults (override with --set NAME=VALUE):\n")
     for name, default in {**overheads.RUNTIME_DEFAULTS, **overheads.BUFFER_DEFAULTS}.items():
         value = s.overrides.get(name, default.value)
