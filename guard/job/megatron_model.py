@@ -103,6 +103,11 @@ def vocab_size(fv: FlagValues, b: Architecture | None, vocab: int | None) -> int
     if b is not None:
         return b.vocab
     given = cmd.given("tokenizer_type")
+    files = any(cmd.given(d) for d in ("vocab_file", "tokenizer_model") if d in cmd.table.by_dest)
+    if not given and not files and cmd.given("vocab_size") and cmd.int_("vocab_size"):
+        # no tokenizer named and no tokenizer file: the command's --vocab-size is all it says of the vocabulary
+        fv.job.origins["arch.vocab"] = fv.origin("vocab_size")
+        return cmd.int_("vocab_size")
     args = TokenizerArgs(cmd.v("tokenizer_type") if given else None, cmd.int_("vocab_size"),
                          _text(cmd, "vocab_file"), _text(cmd, "tokenizer_model"),
                          cmd.int_("vocab_extra_ids") or 0, tuple(cmd.v("special_tokens") or ()))

@@ -1,4 +1,5 @@
-"""guard's ZeRO model states against DeepSpeed itself: 1, 2 and 4 CPU ranks, stages 0-3, bf16/fp32, offload.
+"""guard's ZeRO model states against DeepSpeed itself: 1, 2 and 4 CPU ranks, stages 0-3, bf16/fp32, offload, and
+on 2 ranks the zero_optimization keys that change the stage 1-2 gradient path (PATH_CASES).
 
 The probe (deepspeed_zero_probe.py) sorts every live tensor storage of each rank into parameters, gradients,
 fp32 master weights, optimizer moments and the rest; this module asks guard about the same model (an HF
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +21,8 @@ from guard.job.origin import Origin
 from guard.job.hf_config import from_dict
 from guard.memory.params import rank_inventory
 from guard.memory.states import zero_states
+from guard.memory.zero_paths import WAITING, gradient_path
+from tests.fidelity.launch import run_bounded
 from tests.fidelity.rows import Row
 
 PROBE = Path(__file__).with_name("deepspeed_zero_probe.py")
@@ -29,6 +31,28 @@ SEQ, MICRO_BATCH = MODEL["n_positions"], 2
 BUCKETS = dict(reduce_bucket=50_000, prefetch_bucket=20_000, persistence_threshold=0, max_live=100_000)
 WORLD_SIZES = (1, 2, 4)
 SCALAR_BYTES = 8  # 0-d tensors: norms (float64), loss scale, overflow flags
+LAUNCH_TIMEOUT = 1200  # seconds per world size; 4 ranks took 1.5-2.5 min on 2 cores busy with other work
+
+
+# zero_optimization keys that change the stage 1-2 gradient path (stage_1_and_2.py), run on 2 ranks:
+# name -> (keys, dtypes, offload devices)
+PATH_CASES = {
+    "contiguous_gradients_false": ({"contiguous_gradients": False}, ("bf16", "fp32"), ("none",)),
+    "overlap_comm": ({"overlap_comm": True}, ("bf16",), ("none", "cpu")),
+    "contiguous_gradients_false-overlap_comm": ({"contiguous_gradients": False, "overlap_comm": True}, ("bf16",),
+                                                ("none",)),
+    "reduce_scatter_false": ({"reduce_scatter": False}, ("bf16",), ("none",)),
+    "round_robin_gradients": ({"round_robin_gradients": True}, ("bf16",), ("none",)),
+}
+PATH_WORLD = 2
+
+
+class AtMost(Row):
+    """A bound, not a prediction: guard's named terms must cover what was measured."""
+
+    @property
+    def ok(self) -> bool:
+        return self.measured <= self.predicted
 
 
 def cases(world: int) -> dict[str, dict]:
@@ -41,6 +65,12 @@ def cases(world: int) -> dict[str, dict]:
                     continue
                 out[f"zero{stage}-{dtype}-offload_{offload}"] = dict(stage=stage, dtype=dtype, offload=offload,
                                                                     micro_batch=MICRO_BATCH, **BUCKETS)
+            for name, (keys, dtypes, devices) in PATH_CASES.items():
+                if world != PATH_WORLD or stage not in (1, 2) or offload not in devices:
+                    continue
+                for dtype in dtypes:
+                    out[f"zero{stage}-{dtype}-offload_{offload}-{name}"] = dict(
+                        stage=stage, dtype=dtype, offload=offload, micro_batch=MICRO_BATCH, zero_keys=keys, **BUCKETS)
     return out
 
 
@@ -50,9 +80,10 @@ def measure(world: int, workdir: Path) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "cases.json").write_text(json.dumps({"model": MODEL, "cases": cases(world)}))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
-                           "--master-port", str(29650 + world), str(PROBE), str(out / "cases.json"), str(out)],
-                          capture_output=True, text=True, timeout=900, env=env, cwd=out)
+    # --standalone: the rendezvous and the ranks' store listen on ports the OS picks and torchrun holds, so two
+    # runs at once cannot collide (a fixed --master-port failed the second one: EADDRINUSE)
+    proc = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
+                        str(PROBE), str(out / "cases.json"), str(out)], timeout=LAUNCH_TIMEOUT, env=env, cwd=out)
     if proc.returncode:
         raise RuntimeError(f"deepspeed probe on {world} ranks failed:\n{proc.stderr[-3000:]}")
     return [json.loads((out / f"{rank}.json").read_text()) for rank in range(world)]
@@ -66,6 +97,7 @@ def ds_config(case: dict) -> dict:
             "stage3_max_live_parameters": case["max_live"]}
     if case["offload"] != "none":
         zero["offload_optimizer"] = {"device": case["offload"]}
+    zero.update(case.get("zero_keys", {}))
     return {"train_micro_batch_size_per_gpu": case["micro_batch"], "zero_optimization": zero,
             "bf16": {"enabled": case["dtype"] == "bf16"}}
 
@@ -128,7 +160,29 @@ def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> l
         if case["dtype"] == "fp32" and case["stage"] in (1, 2):
             handed += step.get("flattened gradient partition", 0)
         out.append(Row(label, "gradient copies made for the step", handed, seen["in_step"]["new_grads"]))
-    return out
+    return out + path_rows(label, setup, states, buffers, seen.get("end_of_autograd"))
+
+
+def path_rows(label: str, setup, states, buffers: dict, end: dict | None) -> list[Row]:
+    """Stages 1-2 when autograd's backward ends, before the engine's post-backward reduction, where the
+    zero_optimization keys' paths differ: the reduce buckets (exact), and the gradients held, exact where stage 1
+    holds every gradient; elsewhere which gradients are still waiting depends on the order autograd produced
+    them, which guard does not know, so the measurement must stay within guard's terms (an "at most" row)."""
+    if not end:
+        return []
+    buckets = buffers.get("ZeRO reduce bucket", 0) + buffers.get("second reduce bucket (overlap_comm)", 0)
+    waiting = sum(v for k, v in buffers.items() if k in WAITING)
+    held = sum(states.reduce_terms.values())
+    rows = [Row(label, "reduce buckets (end of autograd backward)", buckets, end["buckets"],
+                note=", ".join(k for k in buffers if "reduce bucket" in k and "larger" not in k) or "none expected")]
+    if gradient_path(setup).holds_every_gradient:
+        rows.append(Row(label, "gradients (end of autograd backward)", waiting + held, end["grads"],
+                        note="stage 1 reduces after backward: every gradient"))
+    else:
+        rows.append(AtMost(label, "gradients (end of autograd backward, at most)", states.grads + waiting + held,
+                        end["grads"], note="partition + " + ", ".join(
+                            [k for k in buffers if k in WAITING] + list(states.reduce_terms))))
+    return rows
 
 
 def collect(workdir: Path, world_sizes=WORLD_SIZES) -> list[Row]:

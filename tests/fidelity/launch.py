@@ -1,22 +1,39 @@
-"""Run a worker as one forked process per rank, one launch per world size, megatron-core imported once before."""
+"""Launch probe ranks with no port to race for: forked ranks meet in a file, subprocesses die with their children."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
+import signal
+import subprocess
 import tempfile
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def file_rendezvous(directory: str) -> str:
+    """A `file://` init_method in `directory` (a fresh temp dir): the ranks meet in a file there, so two
+    launches at once never pick the same port (a free port found, closed, then taken by another run)."""
+    return "file://" + os.path.join(directory, "rendezvous")
+
+
+def run_bounded(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True) in a session of its own; on timeout the whole
+    session is killed (torchrun's ranks, a compiler DeepSpeed started), not only `cmd`, so nothing of it is
+    left running on the machine, then TimeoutExpired is raised with what it printed."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def run_by_world(worker, cases: dict[str, dict], world_of) -> dict[str, list[dict]]:
-    """worker(rank, world, port, cases, out_dir) writes out_dir/<rank>.json ({case name: record});
-    returns case name -> records in rank order."""
+    """worker(rank, world, init_method, cases, out_dir) writes out_dir/<rank>.json ({case name: record});
+    returns case name -> records in rank order. One forked process per rank, one launch per world size,
+    megatron-core imported once before."""
     import megatron.core.models.gpt  # noqa: F401  imported once here, inherited by the forked ranks
     import torch.multiprocessing as mp
 
@@ -26,7 +43,7 @@ def run_by_world(worker, cases: dict[str, dict], world_of) -> dict[str, list[dic
     results: dict[str, list[dict]] = {}
     for world, group in sorted(by_world.items()):
         with tempfile.TemporaryDirectory() as tmp:
-            mp.start_processes(worker, args=(world, free_port(), group, tmp), nprocs=world, join=True,
+            mp.start_processes(worker, args=(world, file_rendezvous(tmp), group, tmp), nprocs=world, join=True,
                                start_method="fork")
             per_rank = []
             for rank in range(world):

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
 import sys
 import weakref
 
@@ -206,11 +204,8 @@ def main() -> None:
     import torch.distributed as dist
 
     torch.cuda.current_device = lambda: "cpu"
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    with socket.socket() as sock:  # a free port: other probes may run beside this one
-        sock.bind(("127.0.0.1", 0))
-        os.environ.setdefault("MASTER_PORT", str(sock.getsockname()[1]))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    # one rank meets only itself: an in-memory store takes no port, so probes beside this one cannot collide
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
     from megatron.core.tensor_parallel import random as mrandom

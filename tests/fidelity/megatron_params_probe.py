@@ -130,14 +130,14 @@ def _measure(case: dict) -> dict:
             "vpp": vpp or 1, "chunks": chunks, "counts": counts, "total": sum(counts.values())}
 
 
-def _worker(rank: int, world: int, port: int, cases: dict, out_dir: str) -> None:
+def _worker(rank: int, world: int, init_method: str, cases: dict, out_dir: str) -> None:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     torch.set_num_threads(1)
     torch.cuda.current_device = lambda: "cpu"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
     results = {}
     for name, case in cases.items():
         ps.initialize_model_parallel(case["tp"], case["pp"], virtual_pipeline_model_parallel_size=case.get("vpp"),

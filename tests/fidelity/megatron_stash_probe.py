@@ -189,7 +189,7 @@ def run_case(case: dict) -> dict:
             "peak_layer_bytes": census.peak["layer"], "peak_saved_bytes": census.peak["all"]}
 
 
-def worker(rank: int, world: int, port: int, cases: dict, out_dir: str) -> None:
+def worker(rank: int, world: int, init_method: str, cases: dict, out_dir: str) -> None:
     import torch
     import torch.distributed as dist
     from megatron.core import tensor_parallel
@@ -199,8 +199,7 @@ def worker(rank: int, world: int, port: int, cases: dict, out_dir: str) -> None:
     torch.cuda.synchronize = lambda *a, **k: None
     schedules.torch = CpuTorch(torch)
     torch.set_num_threads(1)  # one core per rank at most: the ranks share a small machine
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
     tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
     results = {}
     for name, case in cases.items():
