@@ -29,6 +29,16 @@ def test_layout_coordinates_follow_megatron_order():
     assert layout.coordinates(8)["pp_rank"] == 1
 
 
+def test_layout_process_groups_follow_megatron_order():
+    """16 ranks, TP 2 x PP 2 x DP 4: TP groups are neighbours, DP strides by 2, PP by 8 (tp-cp-ep-dp-pp)."""
+    layout = ParallelLayout(world=16, tp=2, pp=2)
+    assert layout.groups("tp")[:2] == [[0, 1], [2, 3]] and len(layout.groups("tp")) == 8
+    assert layout.groups("dp")[0] == [0, 2, 4, 6] and layout.groups("dp")[-1] == [9, 11, 13, 15]
+    assert layout.groups("pp")[0] == [0, 8] and len(layout.groups("pp")) == 8
+    for kind in ("tp", "dp", "pp", "cp"):  # every rank in exactly one group of each kind
+        assert sorted(r for g in layout.groups(kind) for r in g) == list(range(16))
+
+
 ULYSSES = ("deepspeed --num_gpus 8 pretrain_gpt.py --deepspeed --num-layers 4 --hidden-size 64 "
            "--num-attention-heads 4 --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 "
            "--global-batch-size 8 --ds-sequence-parallel-size 4 --fp16 --zero-stage 1 --use-flash-attn-v2 "

@@ -93,6 +93,26 @@ class ParallelLayout:
         return {"tp_rank": rank % tp, "cp_rank": rank // tp % cp, "dp_rank": rank // (tp * cp) % dp,
                 "pp_rank": rank // (tp * cp * dp)}
 
+    def groups(self, kind: str) -> list[list[int]]:
+        """The process groups of one kind ("tp", "cp", "dp", "pp") as Megatron's tp-cp-ep-dp-pp order forms
+        them: rank = tp_rank + TP x (cp_rank + CP x (dp_rank + DP x pp_rank)), CP counting Ulysses too."""
+        sizes = {"tp": self.tp or 1, "cp": (self.cp or 1) * (self.ulysses or 1), "dp": self.dp or 1,
+                 "pp": self.pp or 1}
+        order = ["tp", "cp", "dp", "pp"]
+        strides, stride = {}, 1
+        for name in order:
+            strides[name] = stride
+            stride *= sizes[name]
+        others = [n for n in order if n != kind]
+        out = []
+        for index in range(stride // sizes[kind]):
+            base, rest = 0, index
+            for name in others:
+                base += (rest % sizes[name]) * strides[name]
+                rest //= sizes[name]
+            out.append([base + i * strides[kind] for i in range(sizes[kind])])
+        return sorted(out)
+
     def stage_ranks(self, pp_rank: int) -> range:
         n = self.ranks_per_stage or 1
         return range(pp_rank * n, (pp_rank + 1) * n)
