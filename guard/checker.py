@@ -158,13 +158,14 @@ class Checker:
         from dataclasses import replace
 
         from guard.diagnostic import Span
+        from guard.sources.document import split as split_pointer
 
         source = cmd.deepspeed_config
         if source is None or source.rendered is None:
             return []
         out = []
         for diag in self._check_document(source.rendered, explicit=False, world_size=False):
-            keys = [k.replace("~1", "/").replace("~0", "~") for k in (diag.pointer or "").split("/")[1:]]
+            keys = split_pointer(diag.pointer or "")
             path, span = source.locate(*keys) if keys else (diag.path, Span(1, 1))
             out.append(replace(diag, path=path, span=Span(span.line, span.col), related=[],
                                message=f"{diag.message} (in {source.label})"))

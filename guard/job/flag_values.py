@@ -51,9 +51,6 @@ class FlagValues:
     def on(self, dest: str, field: str | None = None) -> bool:
         return self.value(dest, None, field) is True
 
-    def given(self, dest: str) -> bool:
-        return self.cmd.given(dest)
-
 
 def list_expression(text: str) -> int | list[int] | None:
     """Megatron's --moe-layer-freq strings such as "[0]*3+[1]*29", read without eval."""

@@ -8,6 +8,7 @@ from guard.inputs import split_inputs
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob, TrainingJob
 from guard.settings import Settings
+from guard.sources.document import pointer_of
 
 
 class InputError(ValueError):
@@ -72,13 +73,13 @@ def _config_and_world(doc, path: str, settings: Settings):
     """A plain DeepSpeed config, or the one an accelerate YAML describes (its num_processes is the world,
     as a launcher's is: it wins over --world-size unless forced)."""
     from guard.job import from_accelerate
-    from guard.sources.deepspeed import ACCELERATE_MARKERS
+    from guard.sources.deepspeed import is_accelerate
 
     def locate(*p):
-        return path, doc.span("/" + "/".join(p))
+        return path, doc.span(pointer_of(p))
 
     world, origin = settings.world_size, settings_origin(settings)
-    if doc.format != "yaml" or len(set(doc.data) & ACCELERATE_MARKERS) < 2:
+    if not is_accelerate(doc):
         return doc.data, locate, world, origin
     config, written = from_accelerate.deepspeed_config(doc.data, lambda f: _load_config(f).data)
     launched = from_accelerate.world_size(doc.data)

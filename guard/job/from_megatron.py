@@ -68,7 +68,7 @@ def read_layout(fv: FlagValues) -> ParallelLayout:
         cmd.table.by_dest and cmd.given("pipeline_model_parallel_layout") else None
     return ParallelLayout(
         world=world, gpus_per_node=cmd.gpus_per_node or DEFAULT_GPUS_PER_NODE, tp=tp, pp=pp,
-        vpp=_vpp(cmd, tp, pp) or 1, cp=_int_or_none(cmd, "context_parallel_size"), ep=max(1, ep or 1),
+        vpp=_vpp(cmd, pp) or 1, cp=_int_or_none(cmd, "context_parallel_size"), ep=max(1, ep or 1),
         etp=etp, ulysses=_int_or_none(cmd, "ds_sequence_parallel_size") if deepspeed else 1,
         sequence_parallel=cmd.v("sequence_parallel") is True and (tp or 1) > 1,
         first_stage_layers=_int_or_none(cmd, "decoder_first_pipeline_num_layers", None),
@@ -86,7 +86,7 @@ def _world_origin(cmd: MegatronJob) -> Origin:
     return Origin(kind, cmd.world_size_why, cmd.path, cmd.anchor.line, cmd.anchor.col)
 
 
-def _vpp(cmd: MegatronJob, tp: int | None, pp: int | None) -> int | None:
+def _vpp(cmd: MegatronJob, pp: int | None) -> int | None:
     """Virtual pipeline size from --num-virtual-stages-per-pipeline-rank or layers per virtual stage."""
     per_rank = cmd.int_("num_virtual_stages_per_pipeline_rank") if \
         "num_virtual_stages_per_pipeline_rank" in cmd.table.by_dest else None

@@ -98,7 +98,7 @@ def _deepspeed(fv: FlagValues) -> None:
     apply_config(job, config, source.label if source else cmd.path, locate=source.locate if source else None)
     if source:
         account_keys(job, config, source.label, source.locate)
-        job.notes.extend(getattr(source, "notes", []))
+        job.notes.extend(source.notes)
     if not source or not _precision_in(config):
         # no config, or one that says nothing of precision: Megatron-DeepSpeed's own flags decide
         job.params_dtype = flag_precision

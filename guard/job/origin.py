@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from guard.sources.document import pointer_of
+
 # The kinds of source, in the order a person would trust them.
 KINDS = ("flag", "key", "launcher", "settings", "cli", "derived", "default", "assumed")
 
@@ -40,6 +42,6 @@ def key_origin(label: str, locate, *path: str) -> Origin:
     """A config key's origin: located in its file when the config came with a locator."""
     dotted = ".".join(path)
     if locate is None:
-        return Origin("key", dotted, label, pointer="/" + "/".join(path))
+        return Origin("key", dotted, label, pointer=pointer_of(path))
     where, span = locate(*path)
-    return Origin("key", dotted, where, span.line, span.col, "/" + "/".join(path))
+    return Origin("key", dotted, where, span.line, span.col, pointer_of(path))

@@ -16,7 +16,7 @@ from guard.job.edits import (
     position,
     whole_changes,
 )
-from guard.sources.document import Document, escape
+from guard.sources.document import Document, pointer_of
 
 SEPARATOR = re.compile(r"\s*,\s*")
 COLON = re.compile(r"\s*:\s*")
@@ -30,7 +30,7 @@ def deepspeed_edits(doc: Document, old, new) -> Rewrite:
     """
     plan = config_changes(doc.data if isinstance(doc.data, dict) else {}, old, new,
                           megatron=new.framework == "megatron-deepspeed", label=doc.path,
-                          locate=lambda *keys: (doc.path, doc.span(_pointer(keys))))
+                          locate=lambda *keys: (doc.path, doc.span(pointer_of(keys))))
     out = Rewrite(refused=plan.refused, notes=plan.notes)
     edits = [(field, edit) for edit, field in key_edits(doc, plan.changes, out)]
     kept, dropped = whole_changes(edits, out.refused)
@@ -44,7 +44,7 @@ def key_edits(doc: Document, changes: list[KeyChange], out: Rewrite) -> list[tup
     edits: list[tuple[Edit, str]] = []
     additions: dict[str, tuple[dict, list[str]]] = {}  # object pointer -> (members to add, fields)
     for change in changes:
-        pointer = _pointer(change.path)
+        pointer = pointer_of(change.path)
         if pointer in doc.locations:
             current = _get(doc.data, change.path)
             if current == "auto":
@@ -56,14 +56,14 @@ def key_edits(doc: Document, changes: list[KeyChange], out: Rewrite) -> list[tup
                 edits.append((Edit(doc.path, (span.line, span.col), span.stop,
                                    _scalar(change.value, written, doc.format)), change.field))
             continue
-        depth = max(i for i in range(len(change.path)) if _pointer(change.path[:i]) in doc.locations or i == 0)
+        depth = max(i for i in range(len(change.path)) if pointer_of(change.path[:i]) in doc.locations or i == 0)
         parent = _get(doc.data, change.path[:depth])
         if not isinstance(parent, dict):
             where = ".".join(change.path[:depth]) or "the top level"
-            out.refused.append(_refusal(doc, change, _pointer(change.path[:depth]),
+            out.refused.append(_refusal(doc, change, pointer_of(change.path[:depth]),
                                         f"{where} is not an object: set {'.'.join(change.path)} by hand"))
             continue
-        members, fields = additions.setdefault(_pointer(change.path[:depth]), ({}, []))
+        members, fields = additions.setdefault(pointer_of(change.path[:depth]), ({}, []))
         _nest(members, change.path[depth:], change.value)
         fields.append(change.field)
     for pointer, (members, fields) in additions.items():
@@ -77,10 +77,6 @@ def key_edits(doc: Document, changes: list[KeyChange], out: Rewrite) -> list[tup
 
 
 # -- reading the document ---------------------------------------------------------------------------
-def _pointer(path: tuple[str, ...]) -> str:
-    return "".join("/" + escape(p) for p in path)
-
-
 def _get(data: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         data = data.get(key) if isinstance(data, dict) else None

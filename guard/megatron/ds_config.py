@@ -16,6 +16,7 @@ from guard.megatron.ds_template import (
     timeline,
 )
 from guard.shell.model import Heredoc, Render, Script
+from guard.sources.document import pointer_of
 
 
 @dataclass
@@ -67,15 +68,9 @@ def attach_deepspeed_config(job, script: Script) -> str:
             if not isinstance(doc.data, dict):
                 return f"{candidate}: the DeepSpeed config is not a JSON object"
             job.deepspeed_config = DsConfigSource(
-                doc.data, candidate, lambda *p, d=doc, c=candidate: (c, d.span(_pointer(p))))
+                doc.data, candidate, lambda *p, d=doc, c=candidate: (c, d.span(pointer_of(p))))
             return ""
     return f"the DeepSpeed config {target} is not written by the script and not found beside it"
-
-
-def _pointer(path: tuple[str, ...]) -> str:
-    from guard.sources.document import escape
-
-    return "".join("/" + escape(p) for p in path)
 
 
 # -- heredocs -------------------------------------------------------------------------------------------
@@ -94,13 +89,13 @@ def heredoc_document(heredoc: Heredoc):
 
 def _rendered_locator(rendered: Rendered):
     def locate(*path: str):
-        span = rendered.doc.span(_pointer(path))
+        span = rendered.doc.span(pointer_of(path))
         return rendered.text.path, rendered_to_script(rendered.text, span.line, span.col)
     return locate
 
 
 def _heredoc_locator(heredoc: Heredoc, doc):
     def locate(*path: str):
-        span = doc.span(_pointer(path))
+        span = doc.span(pointer_of(path))
         return heredoc.path, rendered_to_script(heredoc.body, span.line, span.col)
     return locate

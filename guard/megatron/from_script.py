@@ -113,10 +113,10 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
     return job
 
 
-def _world(job: MegatronJob, launch: Launch, settings: Settings) -> None:
+def _world(job: MegatronJob, launch: Launch | None, settings: Settings) -> None:
     """The launcher's world wins over --world-size / [tool.guard] unless forced; a disagreement is kept."""
     ours = settings.world_size
-    theirs = launch.world_size if launch.layers else None
+    theirs = launch.world_size if launch is not None and launch.layers else None
     if theirs is not None and not (ours and settings.force_world_size):
         job.world_size, job.world_size_why, job.world_size_source = theirs, launch.why, "launcher"
         job.world_token = launch.where.token() if launch.where is not None else None
@@ -125,7 +125,7 @@ def _world(job: MegatronJob, launch: Launch, settings: Settings) -> None:
     elif ours:
         job.world_size, job.world_size_why = ours, settings.world_size_label or "--world-size"
         job.world_size_source = settings.world_size_source or "cli"
-    else:
+    elif launch is not None:  # None: a bare --megatron-args line, where no launcher is expected
         job.world_size_why = launch.why if launch.layers else "no launcher in the script"
 
 
@@ -146,9 +146,7 @@ def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | No
     tokens = [w.token() for w in words]
     table = choose_table([t.text for t in tokens], settings, program)
     job = MegatronJob(path=label, args=parse(tokens, table), table=table, env=None, program=program)
-    if settings.world_size:
-        job.world_size, job.world_size_why = settings.world_size, settings.world_size_label or "--world-size"
-        job.world_size_source = settings.world_size_source or "cli"
+    _world(job, None, settings)
     job.gpus_per_node = settings.gpus_per_node
     job.deepspeed_config_problem = attach_deepspeed_config(job, script) or ""
     return job

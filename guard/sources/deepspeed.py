@@ -21,13 +21,18 @@ class DeepSpeedView:
     origin: dict[str, str] = field(default_factory=dict)
 
 
+def is_accelerate(doc: Document) -> bool:
+    """An accelerate config YAML (`accelerate launch --config_file`), not a DeepSpeed config."""
+    return doc.format == "yaml" and isinstance(doc.data, dict) and len(set(doc.data) & ACCELERATE_MARKERS) >= 2
+
+
 def find_deepspeed(doc: Document, top_level_keys: set[str]) -> DeepSpeedView | None:
     """Return the DeepSpeed part of `doc`, or None when the file holds no DeepSpeed keys."""
     data = doc.data
     if not isinstance(data, dict):
         return None
     keys = set(data)
-    if doc.format == "yaml" and len(keys & ACCELERATE_MARKERS) >= 2:
+    if is_accelerate(doc):
         return DeepSpeedView("accelerate", data)
     normalised = {k.replace("-", "_"): k for k in keys}
     if len(set(normalised) & NEOX_MARKERS) >= 2:

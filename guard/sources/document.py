@@ -85,6 +85,11 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
+def pointer_of(path) -> str:
+    """The JSON pointer of a key path ("" for the root)."""
+    return "".join("/" + escape(str(token)) for token in path)
+
+
 def join(pointer: str, token: str | int) -> str:
     return f"{pointer}/{escape(str(token))}"
 
