@@ -12,6 +12,7 @@ from guard.job.vocab import TokenizerArgs, resolve_vocabulary
 from guard.megatron import derived
 
 
+
 def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -> Architecture:
     cmd, b = fv.cmd, base
     need = "give it in the command, or --model / --hf-config"

@@ -9,11 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.megatron.deprecations import validate_args_messages
-from guard.megatron.entrypoints import (
-    extract_entrypoints,
-    extract_program_defaults,
-    known_programs,
-)
+from guard.megatron.entrypoints import extract_entrypoints, extract_program_defaults, known_programs
 from guard.megatron.flag_extractor import extract
 from guard.megatron.source_tree import SourceTree
 

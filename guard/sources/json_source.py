@@ -15,15 +15,7 @@ import re
 from typing import Any
 
 from guard.diagnostic import Span
-from guard.sources.document import (
-    LINE_BREAK,
-    Document,
-    Duplicate,
-    Leniency,
-    Location,
-    SourceError,
-    join,
-)
+from guard.sources.document import LINE_BREAK, Document, Duplicate, Leniency, Location, SourceError, join
 
 MAX_DEPTH = 200  # deeper nesting is never a real config; refusing it keeps the parser safe
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")

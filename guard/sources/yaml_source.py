@@ -8,14 +8,7 @@ from typing import Any
 import yaml
 
 from guard.diagnostic import Span
-from guard.sources.document import (
-    Document,
-    Duplicate,
-    Location,
-    SourceError,
-    join,
-    split_lines,
-)
+from guard.sources.document import Document, Duplicate, Location, SourceError, join, split_lines
 
 MAX_DEPTH = 200
 MAX_VALUES = 1_000_000  # aliases can make a 300-byte file expand to 10**9 values ("billion laughs")
