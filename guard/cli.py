@@ -52,9 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check a Megatron command line given as one string")
     chk.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
 
-    from guard import estimate_cmd
+    from guard import estimate_cmd, plan_cmd
 
     estimate_cmd.add_parser(sub)
+    plan_cmd.add_parser(sub)
 
     schema = sub.add_parser("schema", help="regenerate a data table from a framework's sources")
     schema_sub = schema.add_subparsers(dest="schema_kind", parser_class=_Parser)
@@ -115,6 +116,17 @@ def run_estimate(args: argparse.Namespace) -> int:
         raise UsageError(f"guard estimate: {err}") from None
 
 
+def run_plan(args: argparse.Namespace) -> int:
+    from guard.estimate_cmd import EstimateError
+    from guard.plan_cmd import run
+
+    settings = job_settings(args, "plan")
+    try:
+        return run(args, settings)
+    except (EstimateError, ValueError) as err:
+        raise UsageError(f"guard plan: {err}") from None
+
+
 def run_rule(args: argparse.Namespace) -> int:
     from guard.rules import load_all
     from guard.rules.registry import lookup
@@ -173,10 +185,11 @@ def run_schema(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        handler = {"check": run_check, "estimate": run_estimate, "rule": run_rule, "rules": run_rules,
-                   "schema": run_schema}.get(args.command)
+        handler = {"check": run_check, "estimate": run_estimate, "plan": run_plan, "rule": run_rule,
+                   "rules": run_rules, "schema": run_schema}.get(args.command)
         if handler is None:
-            raise UsageError("guard: give a command: check, estimate, rule, rules or schema (see guard --help)")
+            raise UsageError("guard: give a command: check, estimate, plan, rule, rules or schema "
+                             "(see guard --help)")
         return handler(args)
     except (UsageError, SettingsError) as err:
         sys.stderr.write(f"{err}\n")

@@ -16,30 +16,36 @@ class EstimateError(ValueError):
 
 def add_parser(sub) -> None:
     est = sub.add_parser("estimate", help="predict peak GPU memory for every rank of a job")
-    est.add_argument("inputs", nargs="*", metavar="PATH",
-                     help="a launch script / command-line file, or a DeepSpeed config (.json/.yaml)")
-    est.add_argument("--script", action="append", default=[], metavar="FILE",
-                     help="a launch script or a file holding a launcher command line")
-    est.add_argument("--megatron-args", default=None, metavar="ARGS", help="a Megatron command line as one string")
-    est.add_argument("--deepspeed", default=None, metavar="FILE", help="a DeepSpeed config (HF Trainer jobs)")
-    est.add_argument("--hf-config", default=None, metavar="FILE", help="a Hugging Face config.json")
-    est.add_argument("--model", default=None, metavar="PRESET", help="a preset from schemas/models (see --list-models)")
+    add_input_options(est)
     est.add_argument("--list-models", action="store_true", help="print the model presets and the GPU catalog")
-    add_job_options(est)
-    est.add_argument("--seq-length", type=positive_int, default=None, metavar="S")
-    est.add_argument("--micro-batch-size", type=positive_int, default=None, metavar="B")
-    est.add_argument("--vocab-size", type=positive_int, default=None, metavar="V",
-                     help="the tokenizer's vocabulary, where the command line does not give it")
-    est.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default=None,
-                     help="for DeepSpeed configs whose bf16/fp16 is \"auto\"")
-    est.add_argument("--gradient-checkpointing", action="store_true",
-                     help="HF Trainer --gradient_checkpointing (full recompute, one layer per checkpoint)")
     est.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="override a runtime term: cuda_context, nccl_per_group, cublas_workspace (sizes), "
                           "fragmentation (a fraction)")
     est.add_argument("--format", choices=ESTIMATE_FORMATS, default="text")
     est.add_argument("--explain", action="store_true", help="print every term with its formula and numbers")
     est.add_argument("--plot", default=None, metavar="FILE", help="stacked bars per stage (.png or .svg)")
+
+
+def add_input_options(parser) -> None:
+    """The inputs that describe one job (guard estimate and guard plan take the same)."""
+    parser.add_argument("inputs", nargs="*", metavar="PATH",
+                        help="a launch script / command-line file, or a DeepSpeed config (.json/.yaml)")
+    parser.add_argument("--script", action="append", default=[], metavar="FILE",
+                        help="a launch script or a file holding a launcher command line")
+    parser.add_argument("--megatron-args", default=None, metavar="ARGS", help="a Megatron command line as one string")
+    parser.add_argument("--deepspeed", default=None, metavar="FILE", help="a DeepSpeed config (HF Trainer jobs)")
+    parser.add_argument("--hf-config", default=None, metavar="FILE", help="a Hugging Face config.json")
+    parser.add_argument("--model", default=None, metavar="PRESET",
+                        help="a preset from schemas/models (see guard estimate --list-models)")
+    add_job_options(parser)
+    parser.add_argument("--seq-length", type=positive_int, default=None, metavar="S")
+    parser.add_argument("--micro-batch-size", type=positive_int, default=None, metavar="B")
+    parser.add_argument("--vocab-size", type=positive_int, default=None, metavar="V",
+                        help="the tokenizer's vocabulary, where the command line does not give it")
+    parser.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default=None,
+                        help="for DeepSpeed configs whose bf16/fp16 is \"auto\"")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="HF Trainer --gradient_checkpointing (full recompute, one layer per checkpoint)")
 
 
 def _overrides(items: list[str]) -> dict[str, float]:
@@ -61,7 +67,12 @@ def _overrides(items: list[str]) -> dict[str, float]:
 
 def build(args, settings: Settings):
     """The job from the command's inputs, refused (one line) when the memory model cannot price it."""
-    from guard.job.from_inputs import InputError, JobInputs, read_job
+    return build_source(args, settings).job
+
+
+def build_source(args, settings: Settings):
+    """The job with what it was read from (guard.job.from_inputs.JobSource), refused like `build`."""
+    from guard.job.from_inputs import InputError, JobInputs, read_source
     from guard.job.training_job import IncompleteJob
 
     inputs = JobInputs(paths=list(args.script) + list(args.inputs), megatron_args=args.megatron_args,
@@ -69,11 +80,11 @@ def build(args, settings: Settings):
                        vocab_size=args.vocab_size, seq_length=args.seq_length, micro_batch=args.micro_batch_size,
                        precision=args.precision, gradient_checkpointing=args.gradient_checkpointing)
     try:
-        job = read_job(inputs, settings)
-        job.require()
+        source = read_source(inputs, settings)
+        source.job.require()
     except (InputError, IncompleteJob) as err:
         raise EstimateError(str(err)) from None
-    return job
+    return source
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,5 +1,5 @@
-"""The house: guard's packages import only downwards (sources and shell -> readers -> job -> memory and rules
--> checks -> reports -> command line), with no import circles, small modules and small functions."""
+"""The house: guard's packages import only downwards (sources and shell -> readers -> job -> memory -> planner
+-> rules -> checks -> reports -> command line), with no import circles, small modules and small functions."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ LAYERS = [
     ["guard.megatron"],
     ["guard.job"],
     ["guard.memory"],
+    ["guard.plan"],
     ["guard.rules", "guard.selection", "guard.check_result"],
     ["guard.checker"],
     ["guard.report"],
-    ["guard.estimate_cmd", "guard.cli_options", "guard.cli", "guard.__main__"],
+    ["guard.estimate_cmd", "guard.plan_cmd", "guard.cli_options", "guard.cli", "guard.__main__"],
 ]
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60

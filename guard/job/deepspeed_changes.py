@@ -36,6 +36,12 @@ def config_changes(config: dict, old, new, *, megatron: bool = False, label: str
     _zero(plan, config, old, new, megatron)
     _offload(plan, config, old, new)
     _precision(plan, config, old, new, megatron, label)
+    if not megatron and (new.recompute, new.recompute_method) != (old.recompute, old.recompute_method):
+        # an HF model checkpoints its layers when the Trainer says so; no DeepSpeed key turns it on
+        plan.refused.append(Refusal("recompute", "activation checkpointing of a transformers model is the "
+                                    "Trainer's: --gradient_checkpointing" + (" on" if new.recompute != "none"
+                                                                               else " off") +
+                                    " (TrainingArguments(gradient_checkpointing=...)), not a DeepSpeed key"))
     if locate is not None:
         plan.refused = [_located(r, locate) for r in plan.refused]
         plan.notes = [_located(r, locate) for r in plan.notes]

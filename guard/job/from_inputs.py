@@ -29,8 +29,24 @@ class JobInputs:
     gradient_checkpointing: bool = False
 
 
+@dataclass
+class JobSource:
+    """The job and what it was read from, which a writer edits: the Megatron command (a MegatronJob, with
+    the argv text when it was given as a string), or the DeepSpeed config document."""
+
+    job: TrainingJob
+    command: object | None = None
+    argv_text: str | None = None
+    config: object | None = None  # guard.sources.document.Document
+
+
 def read_job(inputs: JobInputs, settings: Settings) -> TrainingJob:
     """The job the inputs describe (values it lacks are in job.missing; job.require() refuses them)."""
+    return read_source(inputs, settings).job
+
+
+def read_source(inputs: JobInputs, settings: Settings) -> JobSource:
+    """The job with its source (see JobSource)."""
     from guard.job.from_megatron import read_megatron
 
     arch = _architecture(inputs)
@@ -43,7 +59,7 @@ def read_job(inputs: JobInputs, settings: Settings) -> TrainingJob:
                              "command; do not give one separately")
         if inputs.seq_length and not cmd.given("seq_length"):
             raise InputError("--seq-length: give it in the Megatron command line")
-        return read_megatron(cmd, arch, inputs.vocab_size)
+        return JobSource(read_megatron(cmd, arch, inputs.vocab_size), cmd, inputs.megatron_args)
     if not configs:
         raise InputError("nothing to estimate: give a launch script, --megatron-args, or --deepspeed "
                          "with --hf-config/--model")
@@ -52,7 +68,7 @@ def read_job(inputs: JobInputs, settings: Settings) -> TrainingJob:
     return _deepspeed_job(inputs, configs[0], arch, settings)
 
 
-def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings) -> TrainingJob:
+def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings) -> JobSource:
     from guard.job.from_deepspeed import read_deepspeed
     from guard.job.layout import DEFAULT_GPUS_PER_NODE
 
@@ -61,12 +77,13 @@ def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings) -> Tr
     if not world:
         raise InputError("give --world-size N for a DeepSpeed config")
     try:
-        return read_deepspeed(config, path, arch, world, world_origin=world_origin,
-                              seq_length=inputs.seq_length, micro_batch=inputs.micro_batch,
-                              precision=inputs.precision, gradient_checkpointing=inputs.gradient_checkpointing,
-                              gpus_per_node=settings.gpus_per_node or DEFAULT_GPUS_PER_NODE, locate=locate)
+        job = read_deepspeed(config, path, arch, world, world_origin=world_origin,
+                             seq_length=inputs.seq_length, micro_batch=inputs.micro_batch,
+                             precision=inputs.precision, gradient_checkpointing=inputs.gradient_checkpointing,
+                             gpus_per_node=settings.gpus_per_node or DEFAULT_GPUS_PER_NODE, locate=locate)
     except IncompleteJob as err:
         raise InputError(str(err)) from None
+    return JobSource(job, config=doc)
 
 
 def _config_and_world(doc, path: str, settings: Settings):

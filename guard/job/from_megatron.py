@@ -119,6 +119,7 @@ def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None
         job.add_unmodelled(feature, base.source or "--model / --hf-config")
     divisible = fv.int("make_vocab_size_divisible_by") or 128
     # the tokenizer's size already counts the EOD a NullTokenizer adds, where that Megatron adds one
+    job.vocab_divisible_by = divisible
     job.padded_vocab = derived.padded_vocab_size(arch.vocab, divisible, job.layout.tp or 1)
 
 

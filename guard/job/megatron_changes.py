@@ -62,6 +62,10 @@ def _layout(plan: _Plan, old, new, num_layers: int | None) -> None:
                        ("cp", "context_parallel_size"), ("ep", ep), ("ulysses", "ds_sequence_parallel_size")):
         if getattr(new, attr) != getattr(old, attr) and getattr(new, attr) is not None:
             plan.put(f"layout.{attr}", dest, getattr(new, attr))
+    for attr, dest in (("first_stage_layers", "decoder_first_pipeline_num_layers"),
+                       ("last_stage_layers", "decoder_last_pipeline_num_layers")):
+        if getattr(new, attr) != getattr(old, attr):
+            plan.put(f"layout.{attr}", dest, getattr(new, attr))  # None: REMOVE (the even split)
     if new.etp != old.etp:
         if plan.mds:
             plan.refuse("layout.etp", "Megatron-DeepSpeed's expert TP follows TP (--enable-expert-tensor-"

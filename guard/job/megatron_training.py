@@ -40,6 +40,7 @@ def _precision(fv: FlagValues) -> None:
         job.grads_dtype = "bf16"
         job.origins["grads_dtype"] = fv.origin("grad_reduce_in_bf16")
     job.overlap_param_gather = fv.on("overlap_param_gather")
+    job.overlap_grad_reduce = fv.on("overlap_grad_reduce")
     if str(fv.value("optimizer")) not in ("adam", "sgd", "adamw"):
         job.add_unmodelled(f"optimizer {fv.value('optimizer')}", "--optimizer", fv.origin("optimizer"))
 

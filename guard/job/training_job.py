@@ -35,6 +35,7 @@ class TrainingJob:
     num_microbatches: int = 1
     microbatch_group: int | None = None  # interleaved schedule's G (default pp)
     padded_vocab: int | None = None
+    vocab_divisible_by: int | None = None  # Megatron pads the vocabulary to a multiple of this x TP
     chunks: list[list[Chunk]] = field(default_factory=list)  # [pp_rank][chunk], from layout.split
     # precision and optimizer
     params_dtype: str = "bf16"
@@ -73,6 +74,7 @@ class TrainingJob:
     checkpoint_partition: bool = False  # DeepSpeed activation checkpointing: partition_activations
     checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing
     overlap_param_gather: bool = False
+    overlap_grad_reduce: bool = False  # gradient buckets reduced during the last backward (timing only)
     gpu: str | None = None  # the GPU it runs on (a catalog name or a size), when known
     overrides: dict[str, float] = field(default_factory=dict)  # runtime/buffer terms set by the user (--set)
     origins: dict[str, Origin] = field(default_factory=dict)
@@ -124,6 +126,9 @@ class TrainingJob:
             job.num_microbatches = max(1, self.global_batch // (self.micro_batch * layout.dp))
         if self.arch is not None:
             job.chunks = layout.split(self.arch.num_layers)
+            if self.vocab_divisible_by and layout.tp:  # megatron/training/tokenizer: pad to divisible_by x TP
+                multiple = self.vocab_divisible_by * layout.tp
+                job.padded_vocab = -(-self.arch.vocab // multiple) * multiple
         if origin is not None:
             job.origins["layout"] = origin
         return job

@@ -153,18 +153,25 @@ def checkpoint_bytes(setup: TrainingJob) -> float:
 
 def chunk_stored(setup: TrainingJob, layers: tuple[int, ...]) -> tuple[float, float]:
     """(stored bytes, backward recompute working set) of a model chunk for one microbatch."""
+    memo: dict[tuple[bool, bool], float] = {}  # a layer's terms depend only on whether it is MoE
+
+    def saved(i: int, recompute: bool = True) -> float:
+        key = (setup.arch.is_moe_layer(i), recompute)
+        if key not in memo:
+            memo[key] = sum(layer_terms(setup, i, recompute).values())
+        return memo[key]
+
     if setup.recompute != "full":
-        return sum(sum(layer_terms(setup, i).values()) for i in layers), 0.0
+        return sum(saved(i) for i in layers), 0.0
     n = max(1, setup.recompute_num_layers)
     if setup.recompute_method == "block":
         checkpointed, kept = layers[:n], layers[n:]
-        stored = len(checkpointed) * checkpoint_bytes(setup) + sum(
-            sum(layer_terms(setup, i).values()) for i in kept)
-        working = max((sum(layer_terms(setup, i, False).values()) for i in checkpointed), default=0.0)
+        stored = len(checkpointed) * checkpoint_bytes(setup) + sum(saved(i) for i in kept)
+        working = max((saved(i, False) for i in checkpointed), default=0.0)
         return stored, working
     groups = [layers[k:k + n] for k in range(0, len(layers), n)]
     stored = len(groups) * checkpoint_bytes(setup)
-    working = max((sum(sum(layer_terms(setup, i, False).values()) for i in g) for g in groups), default=0.0)
+    working = max((sum(saved(i, False) for i in g) for g in groups), default=0.0)
     return stored, working
 
 

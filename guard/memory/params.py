@@ -26,6 +26,11 @@ class Inventory:
     def bucket(self, name: str) -> int:
         return sum(n for (b, _), n in self.items.items() if b == name)
 
+    def merge(self, other: "Inventory", times: int = 1) -> None:
+        """Add `other`'s counts `times` over (identical layers are priced once)."""
+        for key, count in other.items.items():
+            self.items[key] = self.items.get(key, 0) + count * times
+
     @property
     def total(self) -> int:
         return sum(self.items.values())
@@ -83,9 +88,17 @@ def rank_inventory(setup: TrainingJob, chunks: list[Chunk]) -> Inventory:
     arch, tp = setup.arch, setup.layout.tp
     inv = Inventory()
     vocab = setup.vocab
+    first: dict[bool, int] = {}  # a layer's parameters depend only on whether it is MoE: price one of each
+    count: dict[bool, int] = {}
+    for index in (i for chunk in chunks for i in chunk.layers):
+        kind = arch.is_moe_layer(index)
+        first.setdefault(kind, index)
+        count[kind] = count.get(kind, 0) + 1
+    for kind, n in count.items():
+        layer = Inventory()
+        add_layer(layer, arch, first[kind], tp, setup.layout.ep, setup.layout.expert_tp)
+        inv.merge(layer, n)
     for chunk in chunks:
-        for index in chunk.layers:
-            add_layer(inv, arch, index, tp, setup.layout.ep, setup.layout.expert_tp)
         if chunk.embedding:
             inv.add(SHARDED, "word embeddings", vocab * arch.hidden / tp)
             if arch.position_embedding == "learned_absolute":

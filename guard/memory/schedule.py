@@ -12,6 +12,8 @@ max(2, min(stages - id, m)) pipe buffers.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def warmup(p: int, r: int, m: int, v: int = 1, group: int | None = None) -> int:
     if v == 1:
@@ -37,7 +39,8 @@ def forward_chunk(k: int, m: int, v: int, group: int) -> int:
     return (k - last * v) // (m - last)
 
 
-def order(p: int, r: int, m: int, v: int = 1, group: int | None = None) -> list[tuple[str, int]]:
+@lru_cache(maxsize=256)  # the estimate replays one rank's order for each of its stash sizes
+def order(p: int, r: int, m: int, v: int = 1, group: int | None = None) -> tuple[tuple[str, int], ...]:
     """("F" or "B", model chunk) of every forward and backward rank r runs, in order.
 
     Warm-up forwards, then one forward and one backward in turn, then the cool-down backwards; the k-th
@@ -49,8 +52,8 @@ def order(p: int, r: int, m: int, v: int = 1, group: int | None = None) -> list[
     for i in range(total - n_warm):
         steps += [("F", n_warm + i), ("B", i)]
     steps += [("B", k) for k in range(total - n_warm, total)]
-    return [(kind, forward_chunk(k, m, v, g) if kind == "F" else v - 1 - forward_chunk(k, m, v, g))
-            for kind, k in steps]
+    return tuple((kind, forward_chunk(k, m, v, g) if kind == "F" else v - 1 - forward_chunk(k, m, v, g))
+                 for kind, k in steps)
 
 
 def peak_stash(chunk_sizes: list[float], p: int, r: int, m: int, group: int | None = None) -> tuple[float, int]:
@@ -59,8 +62,8 @@ def peak_stash(chunk_sizes: list[float], p: int, r: int, m: int, group: int | No
     chunk_sizes[c]: bytes one microbatch leaves stashed in chunk c; the schedule's order is replayed.
     """
     v = len(chunk_sizes)
-    if v == 1:
-        n = in_flight(p, r, m)
+    if v == 1 or all(size == chunk_sizes[0] for size in chunk_sizes):  # equal chunks: the count alone
+        n = in_flight(p, r, m, v, group)
         return chunk_sizes[0] * n, n
     held, count, peak, peak_count = 0.0, 0, 0.0, 0
     for kind, chunk in order(p, r, m, v, group):

@@ -1,4 +1,5 @@
-"""Output registries, one per family: check reporters (diagnostics) and estimate writers (memory estimates)."""
+"""Output registries, one per family: check reporters (diagnostics), estimate writers (memory estimates) and
+plan writers (ranked layouts)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ EstimateWriter = Callable[..., None]  # (Estimate, TextIO, *, explain, color); "
 CHECK_REPORTERS = {"concise": "concise:render", "full": "full:render", "json": "json_report:render",
                    "sarif": "sarif:render", "github": "github:render"}
 ESTIMATE_WRITERS = {"text": "memory_text:write", "json": "memory_json:write", "plot": "memory_plot:plot"}
+PLAN_WRITERS = {"text": "plan_text:write", "json": "plan_json:write"}
 FORMATS = tuple(CHECK_REPORTERS)  # guard check --format
 ESTIMATE_FORMATS = ("text", "json")  # guard estimate --format; "plot" writes the --plot FILE
 
@@ -32,3 +34,8 @@ def get(name: str) -> Reporter:
 def estimate_writer(name: str) -> EstimateWriter:
     """The estimate writer for `guard estimate --format NAME` ("text", "json"), or "plot" for --plot FILE."""
     return _load(ESTIMATE_WRITERS[name])
+
+
+def plan_writer(name: str) -> Callable[..., None]:
+    """The plan writer for `guard plan --format NAME` ("text", "json"): (Plan, TextIO, *, explain)."""
+    return _load(PLAN_WRITERS[name])

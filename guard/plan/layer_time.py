@@ -1,0 +1,160 @@
+"""Seconds one transformer layer takes on one rank for one microbatch: forward, backward, recompute.
+
+GEMMs at the catalog's achieved tensor-core efficiency for their size and tile/wave quantization, or HBM
+time when memory-bound (hardware.gemm_seconds); memory-bound kernels (norms, bias-dropout-add, the
+activation function, RoPE, softmax, permutation) from the bytes they read and write; TP/SP, CP and EP
+communication from collectives.py, not overlapped with compute (Megatron runs them on the compute stream
+unless --tp-comm-overlap). The backward runs two GEMMs per forward GEMM (input and weight gradients);
+its memory-bound kernels move 1.5x the forward's bytes (y = f(x) reads x and writes y; its backward reads
+dy and x or y and writes dx); its collectives mirror the forward's, and under SP it gathers the input
+of each column-parallel GEMM again for the weight gradient (megatron-core's
+LinearWithGradAccumulationAndAsyncCommunication).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
+from guard.plan.collectives import collective_seconds, spans_nodes
+from guard.plan.hardware import Hardware
+
+BACKWARD_MEMORY = 1.5
+
+
+@dataclass
+class Work:
+    """Seconds by named term, GEMM, memory-bound and communication apart."""
+
+    gemm: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
+    comm: dict[str, float] = field(default_factory=dict)
+
+    def add(self, kind: str, name: str, seconds: float) -> None:
+        if seconds:
+            terms = getattr(self, kind)
+            terms[name] = terms.get(name, 0.0) + seconds
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.gemm.values()) + sum(self.memory.values()) + sum(self.comm.values())
+
+
+@dataclass
+class LayerTime:
+    forward: Work
+    backward: Work
+    attention_core: float  # the core's forward seconds: what selective recompute runs again
+
+    @property
+    def recompute_full(self) -> float:
+        return self.forward.seconds
+
+
+@dataclass(frozen=True)
+class _Shape:
+    act: int  # activation bytes
+    tokens: float  # this rank's tokens through the linear layers
+    rep: int  # SP splits the norms, dropouts and the router over TP
+    t: int
+    h: int
+
+
+def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
+    arch, lay = job.arch, job.layout
+    t = lay.tp or 1
+    sh = _Shape(DTYPE_BYTES["fp32" if job.params_dtype == "fp32" else "bf16"],
+                job.micro_batch * job.seq_length / lay.seq_shards, t if lay.sequence_parallel else 1, t, arch.hidden)
+    q, kv = arch.query_size, arch.kv_size
+    w = Work()
+    w.add("memory", "norms", arch.norms_per_layer * hw.memory_seconds(2 * sh.act * sh.tokens * sh.h / sh.rep))
+    w.add("gemm", "QKV projection", hw.gemm_seconds(sh.tokens, (q + 2 * kv) / t, sh.h))
+    if arch.position_embedding == "rope":
+        w.add("memory", "RoPE", hw.memory_seconds(2 * sh.act * sh.tokens * (q + kv) / t))
+    core = _attention(job, hw, w, sh)
+    w.add("gemm", "attention projection", hw.gemm_seconds(sh.tokens, sh.h, q / t))
+    mask = job.mask_bytes if arch.hidden_dropout > 0 else 0
+    w.add("memory", "bias-dropout-add", 2 * hw.memory_seconds((3 * sh.act + mask) * sh.tokens * sh.h / sh.rep))
+    if arch.is_moe_layer(index):
+        _moe(job, hw, w, sh)
+    else:
+        _mlp(hw, w, sh, arch.ffn_hidden, 2 if arch.gated_mlp else 1, t, "MLP")
+    tp_fwd, tp_bwd = _tp_comm(job, hw, sh.act * sh.tokens * sh.h)
+    tp_name = "SP all-gather/reduce-scatter" if lay.sequence_parallel else "TP all-reduce"
+    w.add("comm", tp_name, tp_fwd)
+    back = Work({n: 2 * x for n, x in w.gemm.items()}, {n: BACKWARD_MEMORY * x for n, x in w.memory.items()},
+                {**w.comm, **({tp_name: tp_bwd} if tp_bwd else {})})
+    return LayerTime(w, back, core)
+
+
+def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
+    """The core (QK^T, softmax, AV) and, with CP, the ring exchange of K and V it overlaps with."""
+    arch, lay = job.arch, job.layout
+    u = lay.ulysses or 1
+    s_q = job.seq_length / (lay.cp or 1)  # Ulysses: heads / u over u times the local sequence
+    s_k = job.seq_length if (lay.cp or 1) > 1 else s_q
+    batched, d = job.micro_batch * arch.heads / sh.t / u, arch.kv_channels
+    before = w.seconds
+    if job.attention == "unfused":
+        w.add("gemm", "attention core (QK^T, AV)", hw.gemm_seconds(s_q, s_k, d, batched)
+              + hw.gemm_seconds(s_q, d, s_k, batched))
+        probs = batched * s_q * s_k
+        w.add("memory", "softmax", hw.memory_seconds(2 * sh.act * probs))
+        if arch.attention_dropout > 0:
+            w.add("memory", "attention dropout", hw.memory_seconds((2 * sh.act + job.mask_bytes) * probs))
+    else:  # flash attention skips the masked half of a causal square
+        w.add("gemm", "attention core (flash)", hw.gemm_seconds(s_q, s_k / 2, d, batched)
+              + hw.gemm_seconds(s_q, d, s_k / 2, batched))
+    if u > 1:  # Ulysses: all-to-all of Q, K, V in and of the output back
+        a2a = collective_seconds(hw, "all_to_all", sh.act * sh.tokens * (2 * arch.query_size + 2 * arch.kv_size)
+                                 / sh.t, u, spans_nodes(lay, "cp"))
+        w.add("comm", "Ulysses all-to-all", a2a)
+    core = w.seconds - before
+    if (lay.cp or 1) > 1:
+        # ring attention: cp - 1 exchanges of this rank's K and V, overlapped with the core's blocks
+        kv_bytes = 2 * sh.act * sh.tokens * arch.kv_size / sh.t
+        ring = (lay.cp - 1) * collective_seconds(hw, "all_to_all", 2 * kv_bytes, 2, spans_nodes(lay, "cp"))
+        w.add("comm", "CP ring exchange (exposed)", max(0.0, ring - core))
+    return core
+
+
+def _mlp(hw: Hardware, w: Work, sh: _Shape, ffn: int, glu: int, t: int, label: str, tokens: float = 0) -> None:
+    n = tokens or sh.tokens
+    w.add("gemm", f"{label} fc1", hw.gemm_seconds(n, ffn * glu / t, sh.h))
+    w.add("memory", f"{label} activation", hw.memory_seconds(sh.act * n * ffn * (glu + 1) / t))
+    w.add("gemm", f"{label} fc2", hw.gemm_seconds(n, sh.h, ffn / t))
+
+
+def _moe(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> None:
+    """Router, token permutation, expert GEMMs (grouped) and EP all-to-all (the backward's mirror them).
+
+    Balanced routing: each rank's experts see tokens x top-k x expert-TP / TP of its tokens (as
+    activations.py counts them); dispatch and combine are one all-to-all each way over EP.
+    """
+    arch, lay = job.arch, job.layout
+    tokens = sh.tokens / sh.rep
+    e, k = arch.num_experts, arch.moe_topk
+    w.add("gemm", "router", hw.gemm_seconds(tokens, e, sh.h))
+    dispatched = tokens * k * (lay.expert_tp or 1)
+    etp = lay.expert_tp or 1
+    w.add("memory", "token permutation", 2 * hw.memory_seconds(2 * sh.act * dispatched * sh.h))
+    _mlp(hw, w, sh, arch.moe_ffn_hidden or arch.ffn_hidden, 2 if arch.gated_mlp else 1, etp, "experts",
+         tokens=dispatched)
+    if arch.shared_expert_ffn:
+        _mlp(hw, w, sh, arch.shared_expert_ffn, 2 if arch.gated_mlp else 1, sh.t, "shared expert")
+    a2a = 2 * collective_seconds(hw, "all_to_all", sh.act * tokens * k * sh.h, lay.ep, spans_nodes(lay, "ep"))
+    w.add("comm", "EP all-to-all", a2a)
+
+
+def _tp_comm(job: TrainingJob, hw: Hardware, nbytes: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the layer's TP collectives on its [s, b, h] activations."""
+    lay = job.layout
+    t = lay.tp or 1
+    if t == 1:
+        return 0.0, 0.0
+    across = spans_nodes(lay, "tp")
+    two = 2 * collective_seconds(hw, "all_reduce", nbytes, t, across)  # an AR is an RS + an AG in time
+    if not lay.sequence_parallel:
+        return two, two
+    regather = 2 * collective_seconds(hw, "all_gather", nbytes, t, across)
+    return two, two + regather

@@ -1,0 +1,159 @@
+"""Search the job's space: prune by memory, price the survivors' step time, confirm the best in full.
+
+Memory prunes first, cheaply: for one structure the peak grows with the micro-batch (m x b stays the
+global batch, the stash holds min(p - r, m) of b) and falls with each recompute level, so the search
+takes the fastest level that fits and stops at the first micro-batch that fits at none. The quick check
+prices the first and the last stage (the deepest stash; the logits); the best candidates are then
+estimated on every stage and judged by `verify` (the rules, through the round-trip writer) before they
+are shown, so a shown candidate fits every rank and passes every rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from guard.job.training_job import TrainingJob
+from guard.memory.catalog import Gpu
+from guard.memory.estimate import Estimate, estimate, estimate_stage
+from guard.plan import space
+from guard.plan.hardware import Hardware, hardware
+from guard.plan.pipeline_sim import simulate
+from guard.plan.step_time import StepTime, step_time
+
+Verify = Callable[[TrainingJob], list[str]]  # the rules' errors and warnings for a changed job
+
+
+@dataclass
+class Candidate:
+    knobs: space.Knobs
+    job: TrainingJob
+    time: StepTime | None = None
+    estimate: Estimate | None = None
+    quick_peak: int = 0
+    reason: str = ""  # why it cannot run (the user's own layout)
+    changes: list = field(default_factory=list)  # filled by the command: flags, or a diff of the user's file
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.estimate.peak_stage.peak_bytes if self.estimate else self.quick_peak
+
+    @property
+    def dominant(self) -> str:
+        if not self.estimate:
+            return ""
+        comps = self.estimate.peak_stage.components
+        return max(comps, key=comps.get)
+
+
+@dataclass
+class Plan:
+    hardware: Hardware
+    capacity: int
+    current: Candidate
+    candidates: list[Candidate]
+    feasible: list[Candidate]  # every candidate that passed the quick memory check, priced
+    searched: int = 0
+    rejected: list[tuple[Candidate, str]] = field(default_factory=list)  # confirmed-out: (candidate, why)
+
+
+def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify: Verify | None = None,
+         progress: Callable[[int, int], None] | None = None) -> Plan:
+    """The `top` fastest jobs that fit `gpu` with `headroom` bytes to spare, and the user's own."""
+    hw = hardware(gpu, job.params_dtype)
+    capacity = gpu.usable_bytes - headroom
+    feasible: list[Candidate] = []
+    structures = list(_structures(job))
+    searched = 0
+    for done, (layout, extra) in enumerate(structures):
+        searched += _search_structure(job, hw, capacity, layout, extra, feasible)
+        if progress:
+            progress(done + 1, len(structures))
+    feasible.sort(key=lambda c: c.time.seconds)
+    result = Plan(hw, capacity, _current(job, hw, gpu, capacity, verify), [], feasible, searched)
+    for cand in feasible:
+        if len(result.candidates) >= top:
+            break
+        why = _confirm(cand, gpu, capacity, verify)
+        if why:
+            result.rejected.append((cand, why))
+            continue
+        cand.time = _simulated(cand.job, hw, cand.time)
+        result.candidates.append(cand)
+    result.candidates.sort(key=lambda c: c.time.seconds)
+    return result
+
+
+def _structures(job: TrainingJob):
+    """(layout, fixed knobs) pairs; for DeepSpeed the layout is the job's and ZeRO/offload vary."""
+    if job.framework == "deepspeed":
+        for stage, opt, param in space.deepspeed_options(job):
+            yield job.layout, {"zero_stage": stage, "offload_optimizer": opt, "offload_param": param}
+        return
+    for layout, distopt in space.megatron_layouts(job):
+        yield layout, {"distributed_optimizer": distopt, "zero_stage": job.zero_stage,
+                       "offload_optimizer": job.offload_optimizer, "offload_param": job.offload_param}
+
+
+def _search_structure(job, hw, capacity, layout, extra, feasible) -> int:
+    """Price every micro-batch of one structure at its fastest fitting recompute level; the number tried."""
+    tried = 0
+    chunk_layers = max(1, job.arch.num_layers // ((layout.pp or 1) * layout.vpp))
+    for micro in space.micro_batches(job, layout.dp or 1):
+        fitted = False
+        for recompute, method, layers in space.recompute_levels(job, chunk_layers):
+            knobs = space.Knobs(layout, micro, recompute, method, layers, **extra)
+            cand = space.apply(job, knobs)
+            if layout.vpp > 1 and cand.num_microbatches % (layout.pp or 1):
+                break  # the interleaved schedule needs whole microbatch groups; more micro-batch: fewer
+            tried += 1
+            peak = _quick_peak(cand)
+            if peak <= capacity:
+                feasible.append(Candidate(knobs, cand, step_time(cand, hw), quick_peak=peak))
+                fitted = True
+                break
+        if not fitted:
+            break
+    return tried
+
+
+def _quick_peak(job: TrainingJob) -> int:
+    last = (job.layout.pp or 1) - 1
+    return max(estimate_stage(job, r).peak_bytes for r in {0, last})
+
+
+def _confirm(cand: Candidate, gpu: Gpu, capacity: int, verify: Verify | None) -> str:
+    """Why a quick-checked candidate cannot be shown ('' when it can): every stage, then the rules."""
+    cand.estimate = estimate(cand.job, gpu)
+    peak = cand.estimate.peak_stage
+    if peak.peak_bytes > capacity:
+        return f"stage {peak.pp_rank} needs {peak.peak_bytes / 2**30:.1f} GiB"
+    problems = verify(cand.job) if verify else []
+    return "; ".join(problems)
+
+
+def _current(job: TrainingJob, hw: Hardware, gpu: Gpu, capacity: int, verify: Verify | None) -> Candidate:
+    cand = Candidate(space.knobs_of(job), job)
+    cand.estimate = estimate(job, gpu)
+    cand.time = _simulated(job, hw, step_time(job, hw))
+    peak = cand.estimate.peak_stage
+    if peak.peak_bytes > capacity:
+        cand.reason = (f"does not fit: pipeline stage {peak.pp_rank} needs {peak.peak_bytes / 2**30:.1f} GiB of "
+                       f"{capacity / 2**30:.1f} GiB")
+    return cand
+
+
+def _simulated(job: TrainingJob, hw: Hardware, priced: StepTime) -> StepTime:
+    """The step with the pipeline replayed op by op (warm-up and cool-down as scheduled) instead of the
+    closed form; the difference moves into the bubble."""
+    p = job.layout.pp or 1
+    if p == 1:
+        return priced
+    replayed = simulate([st.forward for st in priced.stages], [st.backward for st in priced.stages],
+                        job.num_microbatches, 0.0, job.microbatch_group)
+    delta = replayed - priced.pipeline
+    priced.terms["pipeline bubble"] += delta
+    priced.seconds += delta
+    priced.pipeline = replayed
+    priced.bubble = priced.terms["pipeline bubble"] / replayed if replayed else 0.0
+    return priced

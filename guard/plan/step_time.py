@@ -1,0 +1,156 @@
+"""Predicted seconds of one training step: the pipeline schedule, then gradient sync and the optimizer.
+
+Each stage's forward and backward of one microbatch come from layer_time.py, plus the embedding, the LM
+head and loss on the stages that hold them, recompute as the job asks, and the pipeline sends. The
+schedule takes m x (the slowest stage) + (the other stages) / v: for equal stages (m + (p - 1)/v) x S,
+the 1F1B/interleaved bubble of Narayanan et al. 2021; `pipeline_sim` replays the real warm-up and
+cool-down. Gradient sync, parameter gathers and the optimizer follow (sharding.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
+from guard.memory.params import rank_inventory
+from guard.plan import sharding
+from guard.plan.collectives import p2p_seconds, spans_nodes
+from guard.plan.hardware import Hardware
+from guard.plan.layer_time import BACKWARD_MEMORY, LayerTime, layer_time
+from guard.plan.model_flops import step_model_flops
+
+
+@dataclass
+class StageTime:
+    """One microbatch through one pipeline rank, by model chunk."""
+
+    forward: list[float]
+    backward: list[float]  # with recompute
+    terms: dict[str, float]  # one microbatch's seconds by name (all chunks)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.forward) + sum(self.backward)
+
+
+@dataclass
+class StepTime:
+    seconds: float
+    pipeline: float  # forward/backward of every microbatch, bubble included
+    bubble: float  # the busiest stage's idle share of the pipeline time
+    terms: dict[str, float]  # seconds of one step by name; they add up to `seconds`
+    stages: list[StageTime]
+    model_flops: float
+    explain: list[str] = field(default_factory=list)
+
+    def mfu(self, world: int, peak_flops: float) -> float:
+        return self.model_flops / (self.seconds * world * peak_flops)
+
+
+def step_time(job: TrainingJob, hw: Hardware) -> StepTime:
+    layers: dict[bool, LayerTime] = {}  # dense / MoE: every layer of a kind costs the same
+
+    def cost(index: int) -> LayerTime:
+        kind = job.arch.is_moe_layer(index)
+        if kind not in layers:
+            layers[kind] = layer_time(job, hw, index)
+        return layers[kind]
+
+    priced: dict[tuple, tuple[StageTime, dict[str, float]]] = {}  # stages alike are priced once
+    stages, after = [], []
+    for r in range(job.layout.pp or 1):
+        key = _signature(job, r)
+        if key not in priced:
+            st = _stage(job, hw, r, cost)
+            priced[key] = st, sharding.after_backward(job, hw, rank_inventory(job, job.chunks[r]), st)
+        stages.append(priced[key][0])
+        after.append(priced[key][1])
+    m, v = job.num_microbatches, max(1, job.layout.vpp)
+    busiest = max(stages, key=lambda st: st.seconds)
+    pipeline = m * busiest.seconds + (sum(st.seconds for st in stages) - busiest.seconds) / v
+    tail = max(after, key=lambda terms: sum(terms.values()))
+    terms = {name: m * seconds for name, seconds in busiest.terms.items()}
+    terms["pipeline bubble"] = pipeline - m * busiest.seconds
+    terms.update(tail)
+    seconds = pipeline + sum(tail.values())
+    flops = step_model_flops(job.arch, job.seq_length, job.vocab, job.global_batch or
+                             job.micro_batch * m * job.dp)
+    return StepTime(seconds, pipeline, terms["pipeline bubble"] / pipeline if pipeline else 0.0, terms, stages,
+                    flops)
+
+
+def _signature(job: TrainingJob, r: int) -> tuple:
+    """What a stage's time depends on: its chunks' layers (MoE or dense), embedding and loss."""
+    arch = job.arch
+    return tuple((tuple(arch.is_moe_layer(i) for i in c.layers) if arch.moe_layers else len(c.layers),
+                  c.embedding, c.loss) for c in job.chunks[r])
+
+
+def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
+    terms: dict[str, float] = {}
+    forward, backward = [], []
+    sends = _p2p(job, hw)
+
+    def add(name: str, seconds: float) -> None:
+        if seconds:
+            terms[name] = terms.get(name, 0.0) + seconds
+
+    for chunk in job.chunks[r]:
+        kinds: dict[bool, list[int]] = {}  # layers of a kind cost the same: (first index, count, recomputed)
+        for position, index in enumerate(chunk.layers):
+            entry = kinds.setdefault(job.arch.is_moe_layer(index), [index, 0, 0])
+            entry[1] += 1
+            entry[2] += _recomputed(job, position)
+        f = b = 0.0
+        for index, n, again in kinds.values():
+            lt = cost(index)
+            extra = again * (lt.recompute_full if job.recompute == "full" else lt.attention_core)
+            f += n * lt.forward.seconds
+            b += n * lt.backward.seconds + extra
+            for work in (lt.forward, lt.backward):
+                for name, sec in work.gemm.items():
+                    add(f"compute: {name}", n * sec)
+                for name, sec in work.memory.items():
+                    add(f"compute: {name}", n * sec)
+                for name, sec in work.comm.items():
+                    add(name, n * sec)
+            add("recompute", extra)
+        if chunk.loss:
+            fl, bl = _loss(job, hw)
+            f, b = f + fl, b + bl
+            add("compute: LM head and loss", fl + bl)
+        if sends:
+            f, b = f + sends, b + sends
+            add("pipeline sends", 2 * sends)
+        forward.append(f)
+        backward.append(b)
+    return StageTime(forward, backward, terms)
+
+
+def _recomputed(job: TrainingJob, position: int) -> int:
+    """1 when the backward runs layer `position` of its chunk (or its attention core) again."""
+    if job.recompute == "full":
+        return int(job.recompute_method != "block" or position < job.recompute_num_layers)
+    return int(job.recompute == "selective")
+
+
+def _loss(job: TrainingJob, hw: Hardware) -> tuple[float, float]:
+    """The LM head GEMM and the cross entropy over [tokens, V / t] logits (fp32 softmax)."""
+    lay = job.layout
+    t = lay.tp or 1
+    act = DTYPE_BYTES["fp32" if job.params_dtype == "fp32" else "bf16"]
+    tokens = job.micro_batch * job.seq_length / lay.seq_shards
+    head = hw.gemm_seconds(tokens, job.vocab / t, job.arch.hidden)
+    entropy = hw.memory_seconds((act + 4 + 4) * tokens * job.vocab / t)
+    return head + entropy, 2 * head + BACKWARD_MEMORY * entropy
+
+
+def _p2p(job: TrainingJob, hw: Hardware) -> float:
+    """One activation (or its gradient) between pipeline stages; SP sends each rank's sequence shard."""
+    lay = job.layout
+    if (lay.pp or 1) == 1:
+        return 0.0
+    act = DTYPE_BYTES["fp32" if job.params_dtype == "fp32" else "bf16"]
+    rep = (lay.tp or 1) if lay.sequence_parallel else 1
+    nbytes = act * job.micro_batch * job.seq_length / lay.seq_shards * job.arch.hidden / rep
+    return p2p_seconds(hw, nbytes, spans_nodes(lay, "pp"))

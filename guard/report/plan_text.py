@@ -1,0 +1,78 @@
+"""`guard plan` for a terminal: the ranked table, the user's own layout, and the change to make."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from guard.plan.search import Candidate, Plan
+from guard.report.plan_json import metrics
+from guard.units import GIB
+
+HEADER = (f"{'#':>3} {'TP':>3} {'PP':>3} {'VPP':>3} {'CP':>3} {'EP':>3} {'DP':>5} {'MBS':>4} {'SP':>3} "
+          f"{'recompute':<14} {'shard':<8} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'bubble':>7} "
+          f"{'peak GiB':>9} {'(stage)':<8} dominating")
+
+
+def _shard(cand: Candidate) -> str:
+    k = cand.knobs
+    if k.zero_stage:
+        off = "+off" if k.offload_optimizer != "none" else ""
+        return f"zero{k.zero_stage}{off}{'+p' if k.offload_param != 'none' else ''}"
+    return "distopt" if k.distributed_optimizer else "-"
+
+
+def _row(result: Plan, cand: Candidate, label: str) -> str:
+    lay, k, m = cand.job.layout, cand.knobs, metrics(result, cand)
+    recompute = k.recompute if k.recompute != "full" else (
+        "full" if k.recompute_method == "uniform" else f"full/{k.recompute_layers}")
+    stage = f"({m['peak_pp_rank']})" if m["peak_pp_rank"] is not None else ""
+    return (f"{label:>3} {lay.tp:>3} {lay.pp:>3} {lay.vpp:>3} {lay.cp:>3} {lay.ep:>3} {lay.dp or 0:>5} "
+            f"{k.micro_batch:>4} {'on' if lay.sequence_parallel else '-':>3} {recompute:<14} {_shard(cand):<8} "
+            f"{m['step_time_s']:>8.3f} {m['tokens_per_s_per_gpu']:>10,.0f} {m['mfu']:>6.1%} {m['bubble']:>7.1%} "
+            f"{m['peak_bytes'] / GIB:>9.1f} {stage:<8} {m['dominant']}")
+
+
+def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
+    job = result.current.job
+    out.write(f"guard plan: {job.arch.name or 'model'} on {job.layout.world} x {result.hardware.name} "
+              f"({result.capacity / GIB:.1f} GiB each after headroom), global batch {job.global_batch}, "
+              f"sequence {job.seq_length}\n")
+    out.write(f"tried {result.searched} settings, {len(result.feasible)} fit; "
+              f"{'the fastest' if result.candidates else 'none fits'}:\n\n{HEADER}\n")
+    for n, cand in enumerate(result.candidates, 1):
+        out.write(_row(result, cand, str(n)) + "\n")
+    current = result.current
+    out.write(_row(result, current, "you") + "\n")
+    out.write(f"\nyour layout: {current.reason or 'fits'}\n")
+    for n, cand in enumerate(result.candidates, 1):
+        _changes(out, n, cand)
+        if explain:
+            _terms(out, cand)
+    if explain:
+        out.write("\nyour layout's step:\n")
+        _terms(out, current)
+        out.write("\nassumptions and constants:\n")
+        for line in result.hardware.sources():
+            out.write(f"  {line}\n")
+    for cand, why in result.rejected[:5]:
+        out.write(f"\nleft out after the full check: {_row(result, cand, '-').strip()}\n  because {why}\n")
+
+
+def _changes(out: TextIO, n: int, cand: Candidate) -> None:
+    written = cand.changes
+    out.write(f"\n#{n}: ")
+    if not written or (not written.edits and not written.refused):
+        out.write("no change: this is your layout\n")
+        return
+    out.write("change\n")
+    out.write(written.diff)
+    if written.flags:
+        out.write("  or append to the Megatron command: " + " ".join(written.flags) + "\n")
+    for refusal in written.refused:
+        out.write(f"  not written: {refusal.describe()}\n")
+
+
+def _terms(out: TextIO, cand: Candidate) -> None:
+    total = cand.time.seconds
+    for name, seconds in sorted(cand.time.terms.items(), key=lambda kv: -kv[1]):
+        out.write(f"    {seconds:9.4f} s  {seconds / total:6.1%}  {name}\n")
