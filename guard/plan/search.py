@@ -21,6 +21,7 @@ from guard.plan.hardware import Hardware, hardware
 from guard.plan.pipeline_sim import simulate
 from guard.plan.step_time import StepTime, step_time
 
+MAX_CONFIRMATIONS = 200  # full checks before the search gives up looking further down the ranking
 Verify = Callable[[TrainingJob], list[str]]  # the rules' errors and warnings for a changed job
 
 
@@ -71,8 +72,8 @@ def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify:
             progress(done + 1, len(structures))
     feasible.sort(key=lambda c: c.time.seconds)
     result = Plan(hw, capacity, _current(job, hw, gpu, capacity, verify), [], feasible, searched)
-    for cand in feasible:
-        if len(result.candidates) >= top:
+    for tried, cand in enumerate(feasible):
+        if len(result.candidates) >= top or tried >= MAX_CONFIRMATIONS:
             break
         why = _confirm(cand, gpu, capacity, verify)
         if why:

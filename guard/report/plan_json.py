@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
+from guard.plan.assumptions import ASSUMPTIONS
 from guard.plan.search import Candidate, Plan
 
 
@@ -56,7 +57,8 @@ def to_dict(result: Plan, explain: bool = False) -> dict:
         "current": current,
         "search": {"tried": result.searched, "fit": len(result.feasible),
                    "rejected": [{"layout": layout(c), "reason": why} for c, why in result.rejected]},
-        "assumptions": result.hardware.sources(),
+        "assumptions": list(ASSUMPTIONS),
+        "constants": result.hardware.sources(),
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from guard.plan.assumptions import ASSUMPTIONS
 from guard.plan.search import Candidate, Plan
 from guard.report.plan_json import metrics
 from guard.units import GIB
@@ -51,11 +52,20 @@ def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
     if explain:
         out.write("\nyour layout's step:\n")
         _terms(out, current)
-        out.write("\nassumptions and constants:\n")
+        out.write("\nassumptions:\n")
+        for line in ASSUMPTIONS:
+            out.write(f"  - {line}\n")
+        out.write("\nconstants:\n")
         for line in result.hardware.sources():
             out.write(f"  {line}\n")
-    for cand, why in result.rejected[:5]:
-        out.write(f"\nleft out after the full check: {_row(result, cand, '-').strip()}\n  because {why}\n")
+    reasons: dict[str, list[Candidate]] = {}
+    for cand, why in result.rejected:
+        reasons.setdefault(why, []).append(cand)
+    for why, cands in reasons.items():
+        lay = cands[0].job.layout
+        out.write(f"\nleft out after the full check, {len(cands)} faster layout{'s' if len(cands) > 1 else ''} "
+                  f"(the first: TP {lay.tp} PP {lay.pp} VPP {lay.vpp} CP {lay.cp}, micro-batch "
+                  f"{cands[0].knobs.micro_batch}):\n  {why}\n")
 
 
 def _changes(out: TextIO, n: int, cand: Candidate) -> None:
@@ -74,5 +84,9 @@ def _changes(out: TextIO, n: int, cand: Candidate) -> None:
 
 def _terms(out: TextIO, cand: Candidate) -> None:
     total = cand.time.seconds
+    out.write("  step time by term:\n")
     for name, seconds in sorted(cand.time.terms.items(), key=lambda kv: -kv[1]):
         out.write(f"    {seconds:9.4f} s  {seconds / total:6.1%}  {name}\n")
+    if cand.estimate:
+        out.write("  peak memory by pipeline stage (GiB):\n    " + "  ".join(
+            f"{st.pp_rank}: {st.peak_bytes / GIB:.1f}" for st in cand.estimate.stages) + "\n")
