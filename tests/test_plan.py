@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT
+
 from guard.checker import Checker
 from guard.job.from_inputs import JobInputs, read_source
 from guard.memory.estimate import estimate
@@ -19,8 +21,6 @@ from guard.plan.search import plan
 from guard.plan_cmd import rule_verifier
 from guard.settings import Settings
 from guard.units import GIB
-
-from conftest import ROOT
 
 
 def source_of(args: str, world: int, gpus_per_node: int = 8):
