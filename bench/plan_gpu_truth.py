@@ -13,8 +13,7 @@ from pathlib import Path
 from guard.job.from_inputs import JobInputs, read_job
 from guard.memory.gpu_choice import choose_gpu
 from guard.plan.hardware import hardware
-from guard.plan.search import _simulated
-from guard.plan.step_time import step_time
+from guard.plan.step_time import replayed, step_time
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +28,7 @@ def predict(run: dict) -> float:
     args = run["args"] + ("" if "--vocab-size" in run["args"] else " --vocab-size 50257")
     job = read_job(JobInputs(megatron_args=args), settings).required()
     hw = hardware(choose_gpu(GPUS[run["gpu"]]), job.params_dtype)
-    return _simulated(job, hw, step_time(job, hw)).seconds
+    return replayed(job, step_time(job, hw)).seconds
 
 
 def main() -> None:

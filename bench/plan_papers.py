@@ -16,8 +16,7 @@ from guard.job.from_inputs import JobInputs, read_job
 from guard.memory.estimate import estimate
 from guard.memory.gpu_choice import choose_gpu
 from guard.plan.hardware import hardware
-from guard.plan.search import _simulated
-from guard.plan.step_time import step_time
+from guard.plan.step_time import replayed, step_time
 from guard.settings import Settings
 
 GPU = choose_gpu("A100-80GB")
@@ -51,7 +50,7 @@ def job(heads, hidden, layers, tp, pp, gpus, batch, micro, vpp, recompute):
 
 
 def seconds(j) -> float:
-    return _simulated(j, HW, step_time(j, HW)).seconds
+    return replayed(j, step_time(j, HW)).seconds
 
 
 def korthikanti() -> list[float]:

@@ -6,7 +6,8 @@ activation function, RoPE, softmax, permutation) from the bytes they read and wr
 communication from collectives.py, not overlapped with compute (Megatron runs them on the compute stream
 unless --tp-comm-overlap). The backward runs two GEMMs per forward GEMM (input and weight gradients);
 its memory-bound kernels move 1.5x the forward's bytes (y = f(x) reads x and writes y; its backward reads
-dy and x or y and writes dx); its collectives mirror the forward's, and under SP it gathers the input
+dy and x or y and writes dx); flash attention's backward runs 2.5x its forward; its collectives mirror the
+forward's, and under SP it gathers the input
 of each column-parallel GEMM again for the weight gradient (megatron-core's
 LinearWithGradAccumulationAndAsyncCommunication).
 """
@@ -20,6 +21,17 @@ from guard.plan.collectives import collective_seconds, spans_nodes
 from guard.plan.hardware import Hardware
 
 BACKWARD_MEMORY = 1.5
+# FlashAttention-2's backward (Dao 2023, Algorithm 2) recomputes S = QK^T and runs dV, dP, dQ and dK: five
+# matmuls of the forward's size against the forward's two
+FLASH_BACKWARD = 5 / 2
+# transformers' eager kernels, bytes read + written per element against the fused kernel's 2 + 2:
+# LlamaRMSNorm: to(fp32) 2+4, pow 4+4, mean 4, x * rsqrt 4+4, to(dtype) 4+2, weight * 2+2 = 36;
+# apply_rotary_pos_emb: q * cos, rotate_half (slice, neg, cat), * sin, + : about five read-write passes
+EAGER_RMSNORM = 36 / 4
+EAGER_ROPE = 5.0
+# ACT2FN["silu"](gate) * up: silu reads 2 writes 2, the product reads 4 writes 2 = 10 bytes per FFN element
+# against the fused SwiGLU's 6 (reads 4, writes 2)
+EAGER_SWIGLU = 10 / 6
 
 
 @dataclass
@@ -66,11 +78,14 @@ def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
     sh = _Shape(DTYPE_BYTES["fp32" if job.params_dtype == "fp32" else "bf16"],
                 job.micro_batch * job.seq_length / lay.seq_shards, t if lay.sequence_parallel else 1, t, arch.hidden)
     q, kv = arch.query_size, arch.kv_size
+    eager = job.eager
     w = Work()
-    w.add("memory", "norms", arch.norms_per_layer * hw.memory_seconds(2 * sh.act * sh.tokens * sh.h / sh.rep))
+    norm = EAGER_RMSNORM if eager and arch.norm == "rmsnorm" else 1.0
+    w.add("memory", "norms", arch.norms_per_layer * hw.memory_seconds(norm * 2 * sh.act * sh.tokens * sh.h / sh.rep))
     w.add("gemm", "QKV projection", hw.gemm_seconds(sh.tokens, (q + 2 * kv) / t, sh.h))
     if arch.position_embedding == "rope":
-        w.add("memory", "RoPE", hw.memory_seconds(2 * sh.act * sh.tokens * (q + kv) / t))
+        rope = EAGER_ROPE if eager else 1.0
+        w.add("memory", "RoPE", hw.memory_seconds(rope * 2 * sh.act * sh.tokens * (q + kv) / t))
     core = _attention(job, hw, w, sh)
     w.add("gemm", "attention projection", hw.gemm_seconds(sh.tokens, sh.h, q / t))
     mask = job.mask_bytes if arch.hidden_dropout > 0 else 0
@@ -78,11 +93,12 @@ def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
     if arch.is_moe_layer(index):
         _moe(job, hw, w, sh)
     else:
-        _mlp(hw, w, sh, arch.ffn_hidden, 2 if arch.gated_mlp else 1, t, "MLP")
+        _mlp(hw, w, sh, arch.ffn_hidden, 2 if arch.gated_mlp else 1, t, "MLP",
+             eager=EAGER_SWIGLU if eager and arch.gated_mlp else 1.0)
     tp_fwd, tp_bwd = _tp_comm(job, hw, sh.act * sh.tokens * sh.h)
     tp_name = "SP all-gather/reduce-scatter" if lay.sequence_parallel else "TP all-reduce"
     w.add("comm", tp_name, tp_fwd)
-    back = Work({n: 2 * x for n, x in w.gemm.items()}, {n: BACKWARD_MEMORY * x for n, x in w.memory.items()},
+    back = Work({n: (FLASH_BACKWARD if n == "attention core (flash)" else 2) * x for n, x in w.gemm.items()}, {n: BACKWARD_MEMORY * x for n, x in w.memory.items()},
                 {**w.comm, **({tp_name: tp_bwd} if tp_bwd else {})})
     return LayerTime(w, back, core)
 
@@ -118,10 +134,11 @@ def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
     return core
 
 
-def _mlp(hw: Hardware, w: Work, sh: _Shape, ffn: int, glu: int, t: int, label: str, tokens: float = 0) -> None:
+def _mlp(hw: Hardware, w: Work, sh: _Shape, ffn: int, glu: int, t: int, label: str, tokens: float = 0,
+         eager: float = 1.0) -> None:
     n = tokens or sh.tokens
     w.add("gemm", f"{label} fc1", hw.gemm_seconds(n, ffn * glu / t, sh.h))
-    w.add("memory", f"{label} activation", hw.memory_seconds(sh.act * n * ffn * (glu + 1) / t))
+    w.add("memory", f"{label} activation", hw.memory_seconds(eager * sh.act * n * ffn * (glu + 1) / t))
     w.add("gemm", f"{label} fc2", hw.gemm_seconds(n, sh.h, ffn / t))
 
 

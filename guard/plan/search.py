@@ -18,8 +18,7 @@ from guard.memory.catalog import Gpu
 from guard.memory.estimate import Estimate, estimate, estimate_stage
 from guard.plan import space
 from guard.plan.hardware import Hardware, hardware
-from guard.plan.pipeline_sim import simulate
-from guard.plan.step_time import StepTime, step_time
+from guard.plan.step_time import StepTime, replayed, step_time
 
 MAX_CONFIRMATIONS = 200  # full checks before the search gives up looking further down the ranking
 Verify = Callable[[TrainingJob], list[str]]  # the rules' errors and warnings for a changed job
@@ -79,7 +78,7 @@ def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify:
         if why:
             result.rejected.append((cand, why))
             continue
-        cand.time = _simulated(cand.job, hw, cand.time)
+        cand.time = replayed(cand.job, cand.time)
         result.candidates.append(cand)
     result.candidates.sort(key=lambda c: c.time.seconds)
     return result
@@ -136,25 +135,9 @@ def _confirm(cand: Candidate, gpu: Gpu, capacity: int, verify: Verify | None) ->
 def _current(job: TrainingJob, hw: Hardware, gpu: Gpu, capacity: int, verify: Verify | None) -> Candidate:
     cand = Candidate(space.knobs_of(job), job)
     cand.estimate = estimate(job, gpu)
-    cand.time = _simulated(job, hw, step_time(job, hw))
+    cand.time = replayed(job, step_time(job, hw))
     peak = cand.estimate.peak_stage
     if peak.peak_bytes > capacity:
         cand.reason = (f"does not fit: pipeline stage {peak.pp_rank} needs {peak.peak_bytes / 2**30:.1f} GiB of "
                        f"{capacity / 2**30:.1f} GiB")
     return cand
-
-
-def _simulated(job: TrainingJob, hw: Hardware, priced: StepTime) -> StepTime:
-    """The step with the pipeline replayed op by op (warm-up and cool-down as scheduled) instead of the
-    closed form; the difference moves into the bubble."""
-    p = job.layout.pp or 1
-    if p == 1:
-        return priced
-    replayed = simulate([st.forward for st in priced.stages], [st.backward for st in priced.stages],
-                        job.num_microbatches, 0.0, job.microbatch_group)
-    delta = replayed - priced.pipeline
-    priced.terms["pipeline bubble"] += delta
-    priced.seconds += delta
-    priced.pipeline = replayed
-    priced.bubble = priced.terms["pipeline bubble"] / replayed if replayed else 0.0
-    return priced

@@ -102,7 +102,8 @@ def megatron_layouts(job: TrainingJob) -> Iterator[tuple[ParallelLayout, bool]]:
                                              first_stage_layers=stages[0], last_stage_layers=stages[1])
                         if lay.problems(arch.num_experts) or not lay.dp:
                             continue
-                        yield lay, lay.dp * cp > 1
+                        # Megatron-DeepSpeed shards with its DeepSpeed config's ZeRO stage: its choice is kept
+                        yield lay, (lay.dp * cp > 1 if job.framework == "megatron" else job.distributed_optimizer)
 
 
 def _stage_splits(layers: int, pp: int) -> Iterator[tuple[int | None, int | None, int]]:

@@ -18,6 +18,7 @@ from guard.plan.collectives import p2p_seconds, spans_nodes
 from guard.plan.hardware import Hardware
 from guard.plan.layer_time import BACKWARD_MEMORY, LayerTime, layer_time
 from guard.plan.model_flops import step_model_flops
+from guard.plan.pipeline_sim import simulate
 
 
 @dataclass
@@ -77,6 +78,21 @@ def step_time(job: TrainingJob, hw: Hardware) -> StepTime:
                              job.micro_batch * m * job.dp)
     return StepTime(seconds, pipeline, terms["pipeline bubble"] / pipeline if pipeline else 0.0, terms, stages,
                     flops)
+
+
+def replayed(job: TrainingJob, priced: StepTime) -> StepTime:
+    """The step with the pipeline replayed op by op (warm-up and cool-down as scheduled) instead of the
+    closed form; the difference moves into the bubble."""
+    if (job.layout.pp or 1) == 1:
+        return priced
+    pipeline = simulate([st.forward for st in priced.stages], [st.backward for st in priced.stages],
+                        job.num_microbatches, 0.0, job.microbatch_group)
+    delta = pipeline - priced.pipeline
+    priced.terms["pipeline bubble"] += delta
+    priced.seconds += delta
+    priced.pipeline = pipeline
+    priced.bubble = priced.terms["pipeline bubble"] / pipeline if pipeline else 0.0
+    return priced
 
 
 def _signature(job: TrainingJob, r: int) -> tuple:
