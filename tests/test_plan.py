@@ -190,3 +190,19 @@ def test_bad_input_is_one_line_and_exit_2(guard, argv, message):
     code, out, err = guard("plan", *argv)
     assert code == 2 and out == ""
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_launcher_may_allow_only_some_knobs():
+    """guard launch's rewrite policy: micro-batch and recompute by default; TP/PP/CP only when allowed."""
+    src, _ = source_of("--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                       "--max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 64 --vocab-size 32000 "
+                       "--bf16 --tensor-model-parallel-size 2", 8)
+    allow = frozenset({"micro_batch", "recompute"})
+    result = plan(src.job, choose_gpu("H100", "3GiB"), top=5, allow=allow)
+    current = space.knobs_of(src.job)
+    assert result.feasible
+    for cand in result.feasible:
+        assert space.changed(cand.knobs, current) <= allow
+        assert cand.job.layout == src.job.layout
+    everything = plan(src.job, choose_gpu("H100", "3GiB"), top=5)
+    assert any("tp" in space.changed(c.knobs, current) for c in everything.feasible)

@@ -85,7 +85,9 @@ def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
     return Estimate(setup, gpu, stages, model_param_count(setup.arch))
 
 
-def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
+def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEstimate:
+    """One stage's prediction; `detail=False` leaves out the named terms and --explain text (the planner's
+    quick check needs the peak alone)."""
     chunks = setup.chunks[r]
     inv = rank_inventory(setup, chunks)
     states = model_states(setup, inv)
@@ -134,6 +136,9 @@ def estimate_stage(setup: TrainingJob, r: int) -> StageEstimate:
         "logits": 0 if in_step else round(stash_edges - stash_all),
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
+    if not detail:
+        return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
+                             {}, states.host)
     terms = {"buffers": buf, "runtime": runtime, "optimizer step": {**step_buf, "fp32 gradient partition /"
                                                                     " copies": states.step_transient},
              "transient": {"recompute working set": working, "backward gradient temporaries": grad_temps,
@@ -174,7 +179,8 @@ def _explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float], inf
 def _largest_layer_params(setup: TrainingJob, layers: tuple[int, ...]) -> int:
     """ZeRO-3 gathers one layer at a time: the largest layer's parameters (untouched by TP here)."""
     best = 0
-    for index in set(layers[:1]) | {i for i in layers if setup.arch.is_moe_layer(i)}:
+    kinds = {setup.arch.is_moe_layer(i): i for i in reversed(layers)}  # layers of a kind are alike: one of each
+    for index in kinds.values():
         inv = Inventory()
         add_layer(inv, setup.arch, index, setup.layout.tp, setup.layout.ep, setup.layout.expert_tp)
         best = max(best, inv.total)

@@ -65,13 +65,25 @@ def peak_stash(chunk_sizes: list[float], p: int, r: int, m: int, group: int | No
     if v == 1 or all(size == chunk_sizes[0] for size in chunk_sizes):  # equal chunks: the count alone
         n = in_flight(p, r, m, v, group)
         return chunk_sizes[0] * n, n
-    held, count, peak, peak_count = 0.0, 0, 0.0, 0
-    for kind, chunk in order(p, r, m, v, group):
-        sign = 1 if kind == "F" else -1
-        held, count = held + sign * chunk_sizes[chunk], count + sign
+    peak, peak_count = 0.0, 0
+    for counts in _stash_counts(p, r, m, v, group):
+        held = sum(n * size for n, size in zip(counts, chunk_sizes))
         if held > peak:
-            peak, peak_count = held, count
+            peak, peak_count = held, sum(counts)
     return peak, peak_count
+
+
+@lru_cache(maxsize=256)
+def _stash_counts(p: int, r: int, m: int, v: int, group: int | None) -> tuple[tuple[int, ...], ...]:
+    """Microbatches stashed per chunk after each forward of rank r's order, each distinct vector once, in order
+    of first appearance (a peak follows a forward; the planner prices many chunk sizes on one schedule)."""
+    counts, seen, out = [0] * v, set(), []
+    for kind, chunk in order(p, r, m, v, group):
+        counts[chunk] += 1 if kind == "F" else -1
+        if kind == "F" and tuple(counts) not in seen:
+            seen.add(tuple(counts))
+            out.append(tuple(counts))
+    return tuple(out)
 
 
 def deepspeed_in_flight(stages: int, stage_id: int, m: int) -> tuple[int, int]:

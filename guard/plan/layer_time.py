@@ -62,6 +62,14 @@ class LayerTime:
     def recompute_full(self) -> float:
         return self.forward.seconds
 
+    def labelled(self) -> list[tuple[str, float]]:
+        """(term name, seconds) of the forward and the backward, as the step's breakdown names them."""
+        out = []
+        for work in (self.forward, self.backward):
+            out += [(f"compute: {name}", sec) for name, sec in (*work.gemm.items(), *work.memory.items())]
+            out += list(work.comm.items())
+        return out
+
 
 @dataclass(frozen=True)
 class _Shape:

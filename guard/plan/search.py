@@ -10,7 +10,7 @@ are shown, so a shown candidate fits every rank and passes every rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from guard.job.training_job import TrainingJob
@@ -58,15 +58,18 @@ class Plan:
 
 
 def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify: Verify | None = None,
-         progress: Callable[[int, int], None] | None = None) -> Plan:
-    """The `top` fastest jobs that fit `gpu` with `headroom` bytes to spare, and the user's own."""
+         progress: Callable[[int, int], None] | None = None, allow: frozenset[str] | None = None) -> Plan:
+    """The `top` fastest jobs that fit `gpu` with `headroom` bytes to spare, and the user's own.
+    `allow`: the knobs (space.KNOBS) a candidate may change (None: all)."""
     hw = hardware(gpu, job.params_dtype)
     capacity = gpu.usable_bytes - headroom
     feasible: list[Candidate] = []
-    structures = list(_structures(job))
+    current = space.knobs_of(job)
+    allowed = frozenset(space.KNOBS) if allow is None else allow
+    structures = _allowed_structures(job, current, allowed)
     searched = 0
     for done, (layout, extra) in enumerate(structures):
-        searched += _search_structure(job, hw, capacity, layout, extra, feasible)
+        searched += _search_structure(job, hw, capacity, layout, extra, feasible, current, allowed)
         if progress:
             progress(done + 1, len(structures))
     feasible.sort(key=lambda c: c.time.seconds)
@@ -95,15 +98,40 @@ def _structures(job: TrainingJob):
                        "offload_optimizer": job.offload_optimizer, "offload_param": job.offload_param}
 
 
-def _search_structure(job, hw, capacity, layout, extra, feasible) -> int:
+def _allowed_structures(job: TrainingJob, current: space.Knobs, allowed: frozenset[str]) -> list:
+    """The structures whose changes `allowed` permits; a knob not allowed keeps the job's value (SP goes with
+    TP, the distributed optimizer and ZeRO with sharding)."""
+    out, seen = [], set()
+    for layout, extra in _structures(job):
+        if "tp" not in allowed:
+            layout = replace(layout, sequence_parallel=current.layout.sequence_parallel)
+        if "sharding" not in allowed:
+            extra = {**extra, "distributed_optimizer": current.distributed_optimizer, "zero_stage": current.zero_stage}
+        if "offload" not in allowed:
+            extra = {**extra, "offload_optimizer": current.offload_optimizer, "offload_param": current.offload_param}
+        knobs = space.Knobs(layout, current.micro_batch, current.recompute, current.recompute_method,
+                            current.recompute_layers, **extra)
+        if space.changed(knobs, current) <= allowed and knobs not in seen:
+            seen.add(knobs)
+            out.append((layout, extra))
+    return out
+
+
+def _search_structure(job, hw, capacity, layout, extra, feasible, current: space.Knobs, allowed) -> int:
     """Price every micro-batch of one structure at its fastest fitting recompute level; the number tried."""
     tried = 0
     chunk_layers = max(1, job.arch.num_layers // ((layout.pp or 1) * layout.vpp))
-    for micro in space.micro_batches(job, layout.dp or 1):
+    laid_out = job.with_layout(layout)
+    dp = layout.dp or 1
+    micros = space.micro_batches(job, dp) if "micro_batch" in allowed else \
+        [b for b in [current.micro_batch] if not job.global_batch or job.global_batch % (b * dp) == 0]
+    levels = space.recompute_levels(job, chunk_layers) if "recompute" in allowed else \
+        [(current.recompute, current.recompute_method, current.recompute_layers)]
+    for micro in micros:
         fitted = False
-        for recompute, method, layers in space.recompute_levels(job, chunk_layers):
+        for recompute, method, layers in levels:
             knobs = space.Knobs(layout, micro, recompute, method, layers, **extra)
-            cand = space.apply(job, knobs)
+            cand = space.apply(job, knobs, laid_out)
             if layout.vpp > 1 and cand.num_microbatches % (layout.pp or 1):
                 break  # the interleaved schedule needs whole microbatch groups; more micro-batch: fewer
             tried += 1
@@ -119,7 +147,7 @@ def _search_structure(job, hw, capacity, layout, extra, feasible) -> int:
 
 def _quick_peak(job: TrainingJob) -> int:
     last = (job.layout.pp or 1) - 1
-    return max(estimate_stage(job, r).peak_bytes for r in {0, last})
+    return max(estimate_stage(job, r, detail=False).peak_bytes for r in {0, last})
 
 
 def _confirm(cand: Candidate, gpu: Gpu, capacity: int, verify: Verify | None) -> str:

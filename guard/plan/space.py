@@ -46,18 +46,42 @@ class Knobs:
                 "offload": {"optimizer": self.offload_optimizer, "param": self.offload_param}}
 
 
+KNOBS = ("tp", "pp", "vpp", "cp", "ep", "micro_batch", "recompute", "sharding", "offload")
+
+
+def changed(knobs: Knobs, current: Knobs) -> set[str]:
+    """The knobs (KNOBS names) on which `knobs` differs from `current`: what a launcher's --allow must permit."""
+    a, b = knobs.layout, current.layout
+    out = {name for name in ("tp", "pp", "vpp", "cp", "ep") if getattr(a, name) != getattr(b, name)}
+    if (a.etp, a.first_stage_layers, a.last_stage_layers) != (b.etp, b.first_stage_layers, b.last_stage_layers):
+        out.add("ep" if a.etp != b.etp else "pp")
+    if knobs.micro_batch != current.micro_batch:
+        out.add("micro_batch")
+    if (knobs.recompute, knobs.recompute_method, knobs.recompute_layers) != \
+            (current.recompute, current.recompute_method, current.recompute_layers):
+        out.add("recompute")
+    if (knobs.distributed_optimizer, knobs.zero_stage) != (current.distributed_optimizer, current.zero_stage):
+        out.add("sharding")
+    if (knobs.offload_optimizer, knobs.offload_param) != (current.offload_optimizer, current.offload_param):
+        out.add("offload")
+    return out
+
+
 def knobs_of(job: TrainingJob) -> Knobs:
     return Knobs(job.layout, job.micro_batch, job.recompute, job.recompute_method, job.recompute_num_layers,
                  job.distributed_optimizer, job.zero_stage, job.offload_optimizer, job.offload_param)
 
 
-def apply(job: TrainingJob, knobs: Knobs) -> TrainingJob:
-    """The job with these knobs: microbatches, stages and vocabulary padding follow the layout."""
-    base = replace(job, micro_batch=knobs.micro_batch, recompute=knobs.recompute,
+def apply(job: TrainingJob, knobs: Knobs, laid_out: TrainingJob | None = None) -> TrainingJob:
+    """The job with these knobs: microbatches, stages and vocabulary padding follow the layout.
+    `laid_out`: `job.with_layout(knobs.layout)` when the caller has it (a search prices many knobs on one)."""
+    base = laid_out if laid_out is not None else job.with_layout(knobs.layout)
+    dp = knobs.layout.dp or 1
+    steps = max(1, job.global_batch // (knobs.micro_batch * dp)) if job.global_batch else base.num_microbatches
+    return replace(base, micro_batch=knobs.micro_batch, num_microbatches=steps, recompute=knobs.recompute,
                    recompute_method=knobs.recompute_method, recompute_num_layers=knobs.recompute_layers,
                    distributed_optimizer=knobs.distributed_optimizer, zero_stage=knobs.zero_stage,
                    offload_optimizer=knobs.offload_optimizer, offload_param=knobs.offload_param)
-    return base.with_layout(knobs.layout)
 
 
 def _divisors(n: int, limit: int | None = None) -> list[int]:
@@ -100,10 +124,24 @@ def megatron_layouts(job: TrainingJob) -> Iterator[tuple[ParallelLayout, bool]]:
                         lay = ParallelLayout(world=world, gpus_per_node=node, tp=tp, pp=pp, vpp=stages[2], cp=cp,
                                              ep=ep, etp=etp, sequence_parallel=tp > 1,
                                              first_stage_layers=stages[0], last_stage_layers=stages[1])
+                        if _same_structure(lay, job.layout):  # the user's own, as written (split flags kept)
+                            lay = replace(job.layout, sequence_parallel=lay.sequence_parallel)
                         if lay.problems(arch.num_experts) or not lay.dp:
                             continue
                         # Megatron-DeepSpeed shards with its DeepSpeed config's ZeRO stage: its choice is kept
                         yield lay, (lay.dp * cp > 1 if job.framework == "megatron" else job.distributed_optimizer)
+
+
+def _same_structure(mine: ParallelLayout, users: ParallelLayout) -> bool:
+    """The user's degrees and stage split (a user's layout string stands in for the space's even split)."""
+    def degrees(lay: ParallelLayout) -> tuple:
+        return lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.expert_tp
+
+    if degrees(mine) != degrees(users):
+        return False
+    if users.layout_string is not None:
+        return mine.first_stage_layers is None
+    return (mine.first_stage_layers, mine.last_stage_layers) == (users.first_stage_layers, users.last_stage_layers)
 
 
 def _stage_splits(layers: int, pp: int) -> Iterator[tuple[int | None, int | None, int]]:

@@ -112,24 +112,14 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
             terms[name] = terms.get(name, 0.0) + seconds
 
     for chunk in job.chunks[r]:
-        kinds: dict[bool, list[int]] = {}  # layers of a kind cost the same: (first index, count, recomputed)
-        for position, index in enumerate(chunk.layers):
-            entry = kinds.setdefault(job.arch.is_moe_layer(index), [index, 0, 0])
-            entry[1] += 1
-            entry[2] += _recomputed(job, position)
         f = b = 0.0
-        for index, n, again in kinds.values():
+        for index, n, again in _layer_kinds(job, chunk.layers):
             lt = cost(index)
             extra = again * (lt.recompute_full if job.recompute == "full" else lt.attention_core)
             f += n * lt.forward.seconds
             b += n * lt.backward.seconds + extra
-            for work in (lt.forward, lt.backward):
-                for name, sec in work.gemm.items():
-                    add(f"compute: {name}", n * sec)
-                for name, sec in work.memory.items():
-                    add(f"compute: {name}", n * sec)
-                for name, sec in work.comm.items():
-                    add(name, n * sec)
+            for name, sec in lt.labelled():
+                add(name, n * sec)
             add("recompute", extra)
         if chunk.loss:
             fl, bl = _loss(job, hw)
@@ -141,6 +131,22 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
         forward.append(f)
         backward.append(b)
     return StageTime(forward, backward, terms)
+
+
+def _layer_kinds(job: TrainingJob, layers: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """(a layer of the kind, layers of that kind, how many of them recompute) for one chunk: layers of a kind
+    (dense or MoE) cost the same."""
+    if job.arch.moe_layers is None and layers:  # one kind: count, do not walk
+        n = len(layers)
+        again = n if job.recompute == "selective" or (job.recompute == "full" and job.recompute_method != "block") \
+            else min(n, job.recompute_num_layers) if job.recompute == "full" else 0
+        return [(layers[0], n, again)]
+    kinds: dict[bool, list[int]] = {}
+    for position, index in enumerate(layers):
+        entry = kinds.setdefault(job.arch.is_moe_layer(index), [index, 0, 0])
+        entry[1] += 1
+        entry[2] += _recomputed(job, position)
+    return [tuple(entry) for entry in kinds.values()]
 
 
 def _recomputed(job: TrainingJob, position: int) -> int:
