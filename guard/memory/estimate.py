@@ -91,7 +91,6 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEsti
     chunks = setup.chunks[r]
     inv = rank_inventory(setup, chunks)
     states = model_states(setup, inv)
-    m, p = setup.num_microbatches, setup.layout.pp
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     # per chunk, one microbatch: the layers; + the embedding edge; + the loss edge (final norm, head, loss),
     # which the loss chunk keeps for every microbatch in flight there (interleaving can hold two)
@@ -102,14 +101,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEsti
         with_embedding.append(stored + (acts.embedding_bytes(setup) if chunk.embedding else 0.0))
         with_edges.append(with_embedding[-1] + (logits_stored if chunk.loss else 0.0))
         working = max(working, recompute_ws)
-    if setup.ds_pipeline and p > 1:
-        live, pipe_buffers = schedule.deepspeed_in_flight(p, r, m)
-        stash, stash_all, stash_edges, inflight = sizes[0] * live, with_embedding[0] * live, with_edges[0] * live, live
-    else:
-        pipe_buffers = 2
-        stash, inflight = schedule.peak_stash(sizes, p, r, m, setup.microbatch_group)
-        stash_all, _ = schedule.peak_stash(with_embedding, p, r, m, setup.microbatch_group)
-        stash_edges, _ = schedule.peak_stash(with_edges, p, r, m, setup.microbatch_group)
+    stash, stash_all, stash_edges, inflight, pipe_buffers = _stash(setup, r, sizes, with_embedding, with_edges)
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
     grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
@@ -136,20 +128,30 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEsti
         "logits": 0 if in_step else round(stash_edges - stash_all),
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
-    if not detail:
-        return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
-                             {}, states.host)
-    terms = {"buffers": buf, "runtime": runtime, "optimizer step": {**step_buf, "fp32 gradient partition /"
-                                                                    " copies": states.step_transient},
-             "transient": {"recompute working set": working, "backward gradient temporaries": grad_temps,
-                           "loss fp32 upcast": logits_transient},
-             "gradient reduction": dict(states.reduce_terms),
-             "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
-    explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
-                                              logits_transient)
-    return StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
-                         {name: round(value) for name, value in phases.items() if name != "gradient reduction"
-                          or states.reduce_terms}, states.host, terms, explain)
+    stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
+                          {name: round(value) for name, value in phases.items() if name != "gradient reduction"
+                           or states.reduce_terms}, states.host)
+    if detail:
+        stage.terms = {"buffers": buf, "runtime": runtime, "optimizer step": {
+            **step_buf, "fp32 gradient partition / copies": states.step_transient},
+            "transient": {"recompute working set": working, "backward gradient temporaries": grad_temps,
+                          "loss fp32 upcast": logits_transient}, "gradient reduction": dict(states.reduce_terms),
+            "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
+        stage.explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
+                                                        logits_transient)
+    return stage
+
+
+def _stash(setup: TrainingJob, r: int, sizes: list[float], with_embedding: list[float], with_edges: list[float]):
+    """(layers, + embedding, + edges) stashed at the peak, the microbatches in flight then, and pipe buffers."""
+    m, p = setup.num_microbatches, setup.layout.pp
+    if setup.ds_pipeline and p > 1:
+        live, pipe_buffers = schedule.deepspeed_in_flight(p, r, m)
+        return sizes[0] * live, with_embedding[0] * live, with_edges[0] * live, live, pipe_buffers
+    stash, inflight = schedule.peak_stash(sizes, p, r, m, setup.microbatch_group)
+    stash_all, _ = schedule.peak_stash(with_embedding, p, r, m, setup.microbatch_group)
+    stash_edges, _ = schedule.peak_stash(with_edges, p, r, m, setup.microbatch_group)
+    return stash, stash_all, stash_edges, inflight, 2
 
 
 def _explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float], inflight: float, stash: float,
