@@ -70,8 +70,9 @@ def build(args, settings: Settings):
     return build_source(args, settings).job
 
 
-def build_source(args, settings: Settings):
-    """The job with what it was read from (guard.job.from_inputs.JobSource), refused like `build`."""
+def build_source(args, settings: Settings, layout: bool = True):
+    """The job with what it was read from (guard.job.from_inputs.JobSource), refused like `build` (a layout
+    that cannot run too, unless `layout` is False)."""
     from guard.job.from_inputs import InputError, JobInputs, read_source
     from guard.job.training_job import IncompleteJob
 
@@ -81,7 +82,7 @@ def build_source(args, settings: Settings):
                        precision=args.precision, gradient_checkpointing=args.gradient_checkpointing)
     try:
         source = read_source(inputs, settings)
-        source.job.require()
+        source.job.require(layout)
     except (InputError, IncompleteJob) as err:
         raise EstimateError(str(err)) from None
     return source

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if gpu is None:
         raise EstimateError("give the GPU the job runs on: --gpu NAME (a catalog name, see guard estimate "
                             "--list-models)")
-    source = build_source(args, settings)
+    source = build_source(args, settings, layout=False)  # a layout that cannot run is still planned for
     headroom = headroom_bytes(args.headroom, gpu.usable_bytes)
     try:
         with _Progress() as progress:

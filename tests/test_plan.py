@@ -206,3 +206,22 @@ def test_a_launcher_may_allow_only_some_knobs():
         assert cand.job.layout == src.job.layout
     everything = plan(src.job, choose_gpu("H100", "3GiB"), top=5)
     assert any("tp" in space.changed(c.knobs, current) for c in everything.feasible)
+
+
+@pytest.mark.parametrize(("degrees", "world", "why"), [
+    ("--tensor-model-parallel-size 3", 8, "tp(3) * pp(1) = 3 does not divide world size 8"),
+    ("--pipeline-model-parallel-size 5", 10, "24"),
+])
+def test_a_layout_that_cannot_run_still_gets_a_plan(guard, degrees, world, why):
+    args = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings "
+            f"2048 --micro-batch-size 1 --global-batch-size 60 --bf16 --vocab-size 32000 {degrees}")
+    code, out, err = guard("plan", "--megatron-args", args, "--world-size", str(world), "--gpu", "H100",
+                           "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["current"]["feasible"] is False and why in report["current"]["reason"]
+    assert report["current"]["step_time_s"] is None
+    for cand in report["candidates"]:
+        lay = cand["layout"]
+        assert world % (lay["tp"] * lay["pp"] * lay["cp"]) == 0 and 16 % lay["tp"] == 0
+        assert lay["micro_batch_size"] * lay["num_microbatches"] * lay["dp"] == 60

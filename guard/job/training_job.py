@@ -94,16 +94,21 @@ class TrainingJob:
     def origin(self, key: str) -> Origin:
         return self.origins.get(key) or Origin("default", key)
 
-    def require(self) -> None:
-        """Refuse a job the memory model cannot price: a layout that cannot run, then the first missing value."""
+    def require(self, layout: bool = True) -> None:
+        """Refuse a job the memory model cannot price: a layout that cannot run (unless `layout` is False: the
+        planner searches other layouts), then the first missing value."""
         problems = [p for p in self.layout.problems(self.arch.num_experts if self.arch else None)
                     if p.code != "unknown"]
-        if problems:
+        if problems and layout:
             world = self.origins.get("layout.world")
             why = f" ({world.describe()})" if world and "world" in problems[0].fields else ""
             raise IncompleteJob(f"{self.origin('command').path or 'the job'}: {problems[0].message}{why}")
-        if self.missing:
-            raise IncompleteJob(next(iter(self.missing.values())))
+        missing = dict(self.missing)
+        if not layout and self.global_batch:  # what only the layout makes unknown: the planner picks another
+            missing.pop("batch", None)
+            missing.pop("stages", None)
+        if missing:
+            raise IncompleteJob(next(iter(missing.values())))
 
     def add_unmodelled(self, feature: str, setting: str, origin: Origin | None = None) -> None:
         """A feature whose memory the model leaves out, named with the setting (and where) that asks for it."""

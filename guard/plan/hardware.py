@@ -48,8 +48,7 @@ class Hardware:
             return 0.0
         flops = 2.0 * m * n * k
         tile_m, tile_n = self.constants["gemm_tile"]["value"]
-        tiles = ceil(m / tile_m) * ceil(n / tile_n) * max(1, round(count)) if count >= 1 else ceil(m / tile_m) * \
-            ceil(n / tile_n)
+        tiles = ceil(m / tile_m) * ceil(n / tile_n) * max(1, round(count))  # a batched GEMM's tiles share the waves
         waves = ceil(tiles / self.sm_count)
         quantization = tiles / (waves * self.sm_count)
         eff = _stepped(self.constants["gemm_efficiency_by_gflop"]["value"], flops * count / 1e9) * quantization

@@ -18,6 +18,7 @@ from guard.memory.catalog import Gpu
 from guard.memory.estimate import Estimate, estimate, estimate_stage
 from guard.plan import space
 from guard.plan.hardware import Hardware, hardware
+from guard.plan.rewrite import Written
 from guard.plan.step_time import StepTime, replayed, step_time
 
 MAX_CONFIRMATIONS = 200  # full checks before the search gives up looking further down the ranking
@@ -32,7 +33,7 @@ class Candidate:
     estimate: Estimate | None = None
     quick_peak: int = 0
     reason: str = ""  # why it cannot run (the user's own layout)
-    changes: list = field(default_factory=list)  # filled by the command: flags, or a diff of the user's file
+    changes: Written | None = None  # the rewrite of the user's files (filled for the layouts shown)
 
     @property
     def peak_bytes(self) -> int:
@@ -162,6 +163,12 @@ def _confirm(cand: Candidate, gpu: Gpu, capacity: int, verify: Verify | None) ->
 
 def _current(job: TrainingJob, hw: Hardware, gpu: Gpu, capacity: int, verify: Verify | None) -> Candidate:
     cand = Candidate(space.knobs_of(job), job)
+    problems = [p for p in job.layout.problems(job.arch.num_experts) if p.code != "unknown"]
+    if problems or len(job.chunks) != (job.layout.pp or 1):
+        why = problems[0].message if problems else job.missing.get("stages", "its layers do not split over its "
+                                                                             "pipeline stages")
+        cand.reason = f"cannot run: {why}"
+        return cand
     cand.estimate = estimate(job, gpu)
     cand.time = replayed(job, step_time(job, hw))
     peak = cand.estimate.peak_stage

@@ -10,8 +10,11 @@ from guard.plan.search import Candidate, Plan
 
 
 def metrics(result: Plan, cand: Candidate) -> dict:
-    """Step time, throughput, MFU, bubble and peak of one candidate."""
+    """Step time, throughput, MFU, bubble and peak of one candidate (None for a layout that cannot run)."""
     job, time = cand.job, cand.time
+    if time is None:
+        return dict.fromkeys(("step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble", "peak_bytes", "peak_pp_rank",
+                              "dominant"))
     world = job.layout.world or 1
     sequences = job.global_batch or job.micro_batch * job.num_microbatches * job.dp
     peak = cand.estimate.peak_stage if cand.estimate else None
@@ -29,8 +32,9 @@ def layout(cand: Candidate) -> dict:
 
 
 def candidate_dict(result: Plan, cand: Candidate, explain: bool = False) -> dict:
+    terms = cand.time.terms if cand.time else {}
     out = {"layout": layout(cand), **metrics(result, cand),
-           "terms": {name: seconds for name, seconds in sorted(cand.time.terms.items(), key=lambda kv: -kv[1])}}
+           "terms": {name: seconds for name, seconds in sorted(terms.items(), key=lambda kv: -kv[1])}}
     written = cand.changes
     if written:
         out["changes"] = written.as_json()

@@ -27,10 +27,12 @@ def _row(result: Plan, cand: Candidate, label: str) -> str:
     recompute = k.recompute if k.recompute != "full" else (
         "full" if k.recompute_method == "uniform" else f"full/{k.recompute_layers}")
     stage = f"({m['peak_pp_rank']})" if m["peak_pp_rank"] is not None else ""
-    return (f"{label:>3} {lay.tp:>3} {lay.pp:>3} {lay.vpp:>3} {lay.cp:>3} {lay.ep:>3} {lay.dp or 0:>5} "
-            f"{k.micro_batch:>4} {'on' if lay.sequence_parallel else '-':>3} {recompute:<14} {_shard(cand):<8} "
-            f"{m['step_time_s']:>8.3f} {m['tokens_per_s_per_gpu']:>10,.0f} {m['mfu']:>6.1%} {m['bubble']:>7.1%} "
-            f"{m['peak_bytes'] / GIB:>9.1f} {stage:<8} {m['dominant']}")
+    head = (f"{label:>3} {lay.tp:>3} {lay.pp:>3} {lay.vpp:>3} {lay.cp:>3} {lay.ep:>3} {lay.dp or 0:>5} "
+            f"{k.micro_batch:>4} {'on' if lay.sequence_parallel else '-':>3} {recompute:<14} {_shard(cand):<8} ")
+    if m["step_time_s"] is None:
+        return head + f"{'-':>8} {'-':>10} {'-':>6} {'-':>7} {'-':>9}"
+    return head + (f"{m['step_time_s']:>8.3f} {m['tokens_per_s_per_gpu']:>10,.0f} {m['mfu']:>6.1%} "
+                   f"{m['bubble']:>7.1%} {m['peak_bytes'] / GIB:>9.1f} {stage:<8} {m['dominant']}")
 
 
 def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
@@ -49,7 +51,7 @@ def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
         _changes(out, n, cand)
         if explain:
             _terms(out, cand)
-    if explain:
+    if explain and current.time:
         out.write("\nyour layout's step:\n")
         _terms(out, current)
         out.write("\nassumptions:\n")
