@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
     plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="how many layouts to show (5)")
     plan.add_argument("--headroom", default="0", metavar="SIZE|PCT",
                       help="memory to leave free on every GPU: a size (2GiB) or a share of it (10%%)")
+    plan.add_argument("--allow", default=None, metavar="KNOBS",
+                      help="comma-separated knobs the plan may change (default all): tp, pp, vpp, cp, ep, "
+                           "micro_batch, recompute, sharding, offload")
     plan.add_argument("--format", choices=PLAN_FORMATS, default="text")
     plan.add_argument("--explain", action="store_true",
                       help="the step-time terms of each layout and every constant with its source")
@@ -45,6 +48,19 @@ def headroom_bytes(text: str, capacity: int) -> int:
         raise EstimateError(f"--headroom: {err}") from None
 
 
+def allowed_knobs(text: str | None) -> frozenset[str] | None:
+    """--allow tp,pp,micro_batch: the knobs a plan may change (None: all)."""
+    from guard.plan.space import KNOBS
+
+    if text is None:
+        return None
+    names = frozenset(part.strip().replace("-", "_") for part in text.split(",") if part.strip())
+    unknown = sorted(names - set(KNOBS))
+    if unknown or not names:
+        raise EstimateError(f"--allow: unknown knob {', '.join(unknown) or text!r} (known: {', '.join(KNOBS)})")
+    return names
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from guard.memory.gpu_choice import choose_gpu
     from guard.plan.hardware import NoSpeeds
@@ -57,10 +73,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                             "--list-models)")
     source = build_source(args, settings, layout=False)  # a layout that cannot run is still planned for
     headroom = headroom_bytes(args.headroom, gpu.usable_bytes)
+    allow = allowed_knobs(args.allow)
     try:
         with _Progress() as progress:
             result = plan(source.job, gpu, top=args.top, headroom=headroom, verify=rule_verifier(source, settings),
-                          progress=progress.update)
+                          progress=progress.update, allow=allow)
     except NoSpeeds as err:
         raise EstimateError(str(err)) from None
     from guard.plan.rewrite import write_candidate

@@ -185,6 +185,9 @@ def test_headroom_shrinks_what_fits():
       "--max-position-embeddings 64 --micro-batch-size 1 --vocab-size 100", "--world-size", "2", "--gpu", "H100",
       "--headroom", "120%"],
      "--headroom"),
+    (["--megatron-args", "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 64 "
+      "--max-position-embeddings 64 --micro-batch-size 1 --vocab-size 100", "--world-size", "2", "--gpu", "H100",
+      "--allow", "tp,warp"], "--allow: unknown knob warp"),
 ])
 def test_bad_input_is_one_line_and_exit_2(guard, argv, message):
     code, out, err = guard("plan", *argv)
@@ -208,6 +211,14 @@ def test_a_launcher_may_allow_only_some_knobs():
     assert any("tp" in space.changed(c.knobs, current) for c in everything.feasible)
 
 
+def test_allow_on_the_command_line(guard):
+    code, out, err = guard("plan", str(ROOT / "examples/memory/llama2_13b_pp4.sh"), "--gpu", "A100-80GB",
+                           "--allow", "micro_batch,recompute", "--format", "json")
+    assert code == 0, err
+    for cand in json.loads(out)["candidates"]:
+        assert (cand["layout"]["tp"], cand["layout"]["pp"], cand["layout"]["vpp"]) == (1, 4, 1)
+
+
 @pytest.mark.parametrize(("degrees", "world", "why"), [
     ("--tensor-model-parallel-size 3", 8, "tp(3) * pp(1) = 3 does not divide world size 8"),
     ("--pipeline-model-parallel-size 5", 10, "24"),
@@ -225,3 +236,28 @@ def test_a_layout_that_cannot_run_still_gets_a_plan(guard, degrees, world, why):
         lay = cand["layout"]
         assert world % (lay["tp"] * lay["pp"] * lay["cp"]) == 0 and 16 % lay["tp"] == 0
         assert lay["micro_batch_size"] * lay["num_microbatches"] * lay["dp"] == 60
+
+
+def test_a_long_search_shows_progress_on_a_terminal(monkeypatch):
+    """After a second of searching, a rich progress bar appears on stderr (a terminal only) and goes away."""
+    import io
+
+    from guard import plan_cmd
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(plan_cmd.sys, "stderr", screen)
+    now = [0.0]  # the time module is shared (rich reads it too): a clock that moves only when told
+    monkeypatch.setattr(plan_cmd.time, "monotonic", lambda: now[0])
+    with plan_cmd._Progress() as progress:
+        now[0] = 0.5
+        progress.update(1, 4)  # half a second in: nothing yet
+        assert progress.bar is None
+        now[0] = 1.5
+        progress.update(2, 4)  # a second and a half: the bar starts
+        assert progress.bar is not None
+        progress.update(4, 4)
+    assert "guard plan: searching layouts" in screen.getvalue()
