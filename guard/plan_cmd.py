@@ -57,7 +57,8 @@ def allowed_knobs(text: str | None) -> frozenset[str] | None:
     names = frozenset(part.strip().replace("-", "_") for part in text.split(",") if part.strip())
     unknown = sorted(names - set(KNOBS))
     if unknown or not names:
-        raise EstimateError(f"--allow: unknown knob {', '.join(unknown) or text!r} (known: {', '.join(KNOBS)})")
+        shown = ", ".join(unknown) or repr(text)
+        raise EstimateError(f"--allow: unknown knob {shown} (known: {', '.join(KNOBS)})")
     return names
 
 
