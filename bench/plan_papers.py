@@ -22,7 +22,8 @@ from guard.settings import Settings
 GPU = choose_gpu("A100-80GB")
 HW = hardware(GPU, "fp16")
 # name, heads, hidden, layers, TP, PP, GPUs, global batch, micro-batch, VPP, full recompute s, SP+selective s
-KORTHIKANTI = [("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10), ("175B", 96, 12288, 96, 8, 8, 64, 64, 1, 3, 18.13, 13.75),
+KORTHIKANTI = [("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10),
+               ("175B", 96, 12288, 96, 8, 8, 64, 64, 1, 3, 18.13, 13.75),
                ("530B", 128, 20480, 105, 8, 35, 280, 280, 1, 3, 49.05, 37.83),
                ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 1, 94.42, 71.49)]
 # billions, heads, hidden, layers, TP, PP, GPUs, batch, TFLOP/s per GPU

@@ -179,7 +179,8 @@ def test_headroom_shrinks_what_fits():
     (["--megatron-args", "--num-layers 2"], "guard plan:"),
     (["--model", "llama-2-7b", "--deepspeed", "missing.json", "--gpu", "H100"], "missing.json"),
     (["--megatron-args", "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 64 "
-      "--max-position-embeddings 64 --micro-batch-size 1 --vocab-size 100", "--world-size", "2", "--gpu-memory", "80GiB"],
+      "--max-position-embeddings 64 --micro-batch-size 1 --vocab-size 100", "--world-size", "2",
+      "--gpu-memory", "80GiB"],
      "--gpu NAME"),
     (["--megatron-args", "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 64 "
       "--max-position-embeddings 64 --micro-batch-size 1 --vocab-size 100", "--world-size", "2", "--gpu", "H100",

@@ -43,7 +43,8 @@ def test_ring_collectives_by_hand():
     nbytes, n = 1e9, 8
     assert collective_seconds(TOY, "all_reduce", nbytes, n, False) == pytest.approx(
         2 * 7 / 8 * nbytes / bandwidth + 2 * 7 * latency)
-    assert collective_seconds(TOY, "all_gather", nbytes, n, False) == pytest.approx(7 / 8 * nbytes / bandwidth + 7 * latency)
+    assert collective_seconds(TOY, "all_gather", nbytes, n, False) == pytest.approx(
+        7 / 8 * nbytes / bandwidth + 7 * latency)
     net, net_latency = TOY.link(across_nodes=True)
     assert net == pytest.approx(10e9 * 0.9)
     assert collective_seconds(TOY, "reduce_scatter", nbytes, 2, True) == pytest.approx(nbytes / 2 / net + net_latency)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.plan.collectives import collective_seconds, spans_nodes
+from guard.plan.collectives import collective_seconds, p2p_seconds, spans_nodes
 from guard.plan.hardware import Hardware
 
 BACKWARD_MEMORY = 1.5
@@ -106,7 +106,8 @@ def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
     tp_fwd, tp_bwd = _tp_comm(job, hw, sh.act * sh.tokens * sh.h)
     tp_name = "SP all-gather/reduce-scatter" if lay.sequence_parallel else "TP all-reduce"
     w.add("comm", tp_name, tp_fwd)
-    back = Work({n: (FLASH_BACKWARD if n == "attention core (flash)" else 2) * x for n, x in w.gemm.items()}, {n: BACKWARD_MEMORY * x for n, x in w.memory.items()},
+    back = Work({n: (FLASH_BACKWARD if n == "attention core (flash)" else 2) * x for n, x in w.gemm.items()},
+                {n: BACKWARD_MEMORY * x for n, x in w.memory.items()},
                 {**w.comm, **({tp_name: tp_bwd} if tp_bwd else {})})
     return LayerTime(w, back, core)
 
@@ -137,7 +138,7 @@ def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
     if (lay.cp or 1) > 1:
         # ring attention: cp - 1 exchanges of this rank's K and V, overlapped with the core's blocks
         kv_bytes = 2 * sh.act * sh.tokens * arch.kv_size / sh.t
-        ring = (lay.cp - 1) * collective_seconds(hw, "all_to_all", 2 * kv_bytes, 2, spans_nodes(lay, "cp"))
+        ring = (lay.cp - 1) * p2p_seconds(hw, kv_bytes, spans_nodes(lay, "cp"))
         w.add("comm", "CP ring exchange (exposed)", max(0.0, ring - core))
     return core
 
