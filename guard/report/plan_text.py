@@ -10,7 +10,7 @@ from guard.report.plan_json import metrics
 from guard.units import GIB
 
 HEADER = (f"{'#':>3} {'TP':>3} {'PP':>3} {'VPP':>3} {'CP':>3} {'EP':>3} {'DP':>5} {'MBS':>4} {'SP':>3} "
-          f"{'recompute':<14} {'shard':<8} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'bubble':>7} "
+          f"{'recompute':<14} {'shard':<11} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'bubble':>7} "
           f"{'peak GiB':>9} {'(stage)':<8} dominating")
 
 
@@ -28,7 +28,7 @@ def _row(result: Plan, cand: Candidate, label: str) -> str:
         "full" if k.recompute_method == "uniform" else f"full/{k.recompute_layers}")
     stage = f"({m['peak_pp_rank']})" if m["peak_pp_rank"] is not None else ""
     head = (f"{label:>3} {lay.tp:>3} {lay.pp:>3} {lay.vpp:>3} {lay.cp:>3} {lay.ep:>3} {lay.dp or 0:>5} "
-            f"{k.micro_batch:>4} {'on' if lay.sequence_parallel else '-':>3} {recompute:<14} {_shard(cand):<8} ")
+            f"{k.micro_batch:>4} {'on' if lay.sequence_parallel else '-':>3} {recompute:<14} {_shard(cand):<11} ")
     if m["step_time_s"] is None:
         return head + f"{'-':>8} {'-':>10} {'-':>6} {'-':>7} {'-':>9}"
     return head + (f"{m['step_time_s']:>8.3f} {m['tokens_per_s_per_gpu']:>10,.0f} {m['mfu']:>6.1%} "
