@@ -1,0 +1,146 @@
+"""guard launch end to end: real torchrun on localhost, two agents as two "nodes" of two ranks each (gloo),
+GPU memory simulated with GUARD_SIMULATED_GPUS; and the pieces (decision, probe, hook) on their own."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "launch"
+TIMEOUT = 240
+MODEL = ["--model", "gpt3-125m", "--seq-length", "2048"]  # what the DeepSpeed program trains, for guard
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(simulated: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GUARD_", "TORCHELASTIC", "RANK", "LOCAL_RANK"))}
+    env.update(GUARD_SIMULATED_GPUS=simulated, DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore",
+               OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def _node_command(guard_args: list[str], program: list[str], port: int, nodes: int = 2) -> list[str]:
+    return [sys.executable, "-m", "guard", "launch", *guard_args, "--exchange-timeout", "60", "--",
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", "2",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "guard-test",
+            "--max-restarts", "0", *program]
+
+
+def two_nodes(guard_args: list[str], program: list[str], env: dict[str, str], cwd: Path) -> list:
+    """Both nodes' guard launch, run at once; (returncode, stdout + stderr) of each."""
+    port = _port()
+    procs = [subprocess.Popen(_node_command(guard_args, program, port), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    out = []
+    for proc in procs:
+        try:
+            text, _ = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail("guard launch hung")
+        out.append((proc.returncode, text))
+    return out
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    for name in ("show_argv.py", "ds_step.py", "ds_config.json"):
+        (tmp_path / name).write_bytes((FIXTURES / name).read_bytes())
+    return tmp_path
+
+
+def test_abort_exits_3_and_names_the_short_ranks(workdir):
+    # local rank 1 of each node has 6 GiB free: global ranks 1 and 3 cannot hold gpt3-125m at micro-batch 8 (fp32)
+    results = two_nodes(MODEL, ["show_argv.py", "--deepspeed_config", "ds_config.json"],
+                        _env("80GiB:79GiB,80GiB:6GiB"), workdir)
+    assert [code for code, _ in results] == [3, 3]
+    text = "".join(t for _, t in results)
+    assert "TRAINING STARTED" not in text  # no rank reached the training script
+    assert "guard launch: abort: 2 of 4 ranks would run out of memory" in text
+    assert "rank 1 (pipeline stage 0" in text and "rank 3 (pipeline stage 0" in text
+    assert "rank 0 (" not in text and "rank 2 (" not in text
+    assert "nearest layouts that fit" in text and "simulated by GUARD_SIMULATED_GPUS" in text
+
+
+def test_warn_reports_and_runs(workdir):
+    results = two_nodes(MODEL + ["--policy", "warn"], ["show_argv.py", "--deepspeed_config", "ds_config.json"],
+                        _env("80GiB:1GiB"), workdir)
+    assert [code for code, _ in results] == [0, 0]
+    text = "".join(t for _, t in results)
+    assert "guard launch: run: 4 of 4 ranks would run out of memory" in text
+    assert text.count("TRAINING STARTED") == 4
+
+
+def test_a_job_that_fits_runs_untouched(workdir):
+    results = two_nodes(MODEL, ["show_argv.py", "--deepspeed_config", "ds_config.json"], _env("80GiB:79GiB"),
+                        workdir)
+    assert [code for code, _ in results] == [0, 0]
+    text = "".join(t for _, t in results)
+    assert "guard launch: run: every rank fits" in text
+    assert text.count("argv ['--deepspeed_config', 'ds_config.json']") == 4
+
+
+def test_rewrite_runs_a_real_deepspeed_step_on_the_new_config(workdir):
+    original = (workdir / "ds_config.json").read_bytes()
+    results = two_nodes(MODEL + ["--policy", "rewrite", "--allow", "micro_batch"],
+                        ["ds_step.py", "--deepspeed_config", "ds_config.json"], _env("80GiB:8GiB"), workdir)
+    text = "".join(t for _, t in results)
+    assert [code for code, _ in results] == [0, 0], text[-3000:]
+    assert "guard launch: rewrite: rewritten to fit 8.0 GiB" in text
+    # ranks print at once into one pipe: lines may be glued, so read the records, not the lines
+    done = re.findall(r"STEP DONE rank (\d) micro (\d+) accumulation (\d+) config (\S+?) matches (True|False)", text)
+    assert sorted(rank for rank, *_ in done) == ["0", "1", "2", "3"]
+    for rank, micro, accumulation, config, matches in done:
+        # micro-batch x accumulation x 4 ranks keeps the global batch of 32, with a smaller micro-batch
+        assert int(micro) < 8 and int(micro) * int(accumulation) * 4 == 32 and matches == "True"
+        assert "guard-launch-" in config and config.endswith(f"rank{rank}-ds_config.json")
+    assert (workdir / "ds_config.json").read_bytes() == original  # the user's file, byte for byte
+
+
+def test_a_rank_that_dies_in_the_exchange_does_not_hang_the_job(workdir):
+    # local rank 1's sample cannot be read: it stops at once; the others must not wait for it forever
+    started = time.monotonic()
+    results = two_nodes(MODEL, ["show_argv.py", "--deepspeed_config", "ds_config.json"],
+                        _env("80GiB:79GiB,nonsense"), workdir)
+    assert time.monotonic() - started < TIMEOUT
+    assert all(code != 0 for code, _ in results)
+    text = "".join(t for _, t in results)
+    assert "TRAINING STARTED" not in text
+    assert "GUARD_SIMULATED_GPUS='nonsense'" in text or "nonsense" in text
+
+
+def test_sigterm_reaches_the_launcher(workdir):
+    command = _node_command(MODEL + ["--policy", "warn"], ["show_argv.py", "--deepspeed_config", "ds_config.json"],
+                            _port(), nodes=1)
+    proc = subprocess.Popen(command, cwd=workdir, env=_env("80GiB:79GiB", SLEEP_SECONDS="120"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + TIMEOUT
+    seen = ""
+    while "TRAINING STARTED" not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert "TRAINING STARTED" in seen
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 60  # the workers did not sleep their 120 s out
+    assert proc.returncode != 0  # the launcher's own exit code after SIGTERM
+    assert "SIGTERM" in rest or "Signal 15" in rest or proc.returncode in (-15, 143, 1)
