@@ -28,6 +28,9 @@ def test_schemas_found_from_an_installed_wheel(tmp_path):
     assert "guard/_schemas/deepspeed/0.19.8/config.schema.json" in names
     assert "guard/_schemas/deepspeed/hf_auto.json" in names
     assert "guard/plugins/__init__.py" in names
+    # every module of the checkout ships (a package missing from pyproject's list would not)
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "guard").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
                    check=True, capture_output=True)
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
