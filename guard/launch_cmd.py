@@ -75,7 +75,11 @@ def _rules(request, settings: Settings) -> int:
     from guard.checker import Checker
     from guard.report import get
 
-    checker = Checker(settings)
+    from dataclasses import replace
+
+    # the launcher's world size is the one the job runs with (the batch triangle is judged with it)
+    checker = Checker(replace(settings, world_size=request.world, world_size_source="launcher",
+                              world_size_label=f"the launcher ({request.argv[0]})"))
     if request.source.command is not None:
         diags = checker.check_argv(request.text)
     else:

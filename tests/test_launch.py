@@ -144,3 +144,45 @@ def test_sigterm_reaches_the_launcher(workdir):
     assert time.monotonic() - sent < 60  # the workers did not sleep their 120 s out
     assert proc.returncode != 0  # the launcher's own exit code after SIGTERM
     assert "SIGTERM" in rest or "Signal 15" in rest or proc.returncode in (-15, 143, 1)
+
+
+MEGATRON = ["show_argv.py", "--num-layers", "12", "--hidden-size", "768", "--num-attention-heads", "12",
+            "--seq-length", "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "8",
+            "--global-batch-size", "32", "--vocab-size", "50257", "--bf16", "--lr", "1e-4", "--train-iters", "10"]
+
+
+def test_rewrite_appends_megatron_flags_every_rank_reads_the_same(workdir):
+    command = _node_command(["--policy", "rewrite"], MEGATRON, _port(), nodes=1)
+    run = subprocess.run(command, cwd=workdir, env=_env("80GiB:6GiB"), capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    text = run.stdout + run.stderr
+    assert run.returncode == 0, text[-3000:]
+    argvs = re.findall(r"TRAINING STARTED rank (\d) argv (\[.*?\])", text)
+    assert len(argvs) == 2 and argvs[0][1] == argvs[1][1]  # the same rewrite on every rank
+    import ast
+
+    from guard.job.from_inputs import JobInputs
+    from guard.launch.command import read_launch
+    from guard.memory.estimate import estimate
+    from guard.settings import Settings
+
+    argv = ast.literal_eval(argvs[0][1])
+    assert argv[:len(MEGATRON) - 1] == MEGATRON[1:]  # appended, nothing of the user's removed
+    job = read_launch(["torchrun", "--nproc-per-node", "2", "show_argv.py", *argv], JobInputs(), Settings()).source.job
+    assert job.micro_batch < 8 and job.global_batch == 32  # argparse keeps the last of a repeated flag
+    assert estimate(job).peak_stage.peak_bytes <= 6 * 2**30
+
+
+def test_the_deepspeed_launcher_and_a_real_step(workdir):
+    """deepspeed's launcher has no agent store: rank 0 hosts the exchange on MASTER_PORT and frees it before
+    deepspeed.init_distributed binds it."""
+    config = (workdir / "ds_config.json").read_text().replace('"train_batch_size": 32', '"train_batch_size": 16')
+    (workdir / "ds16.json").write_text(config)
+    command = [sys.executable, "-m", "guard", "launch", *MODEL, "--exchange-timeout", "60", "--", "deepspeed",
+               "--num_gpus", "2", "--master_port", str(_port()), "ds_step.py", "--deepspeed_config", "ds16.json"]
+    run = subprocess.run(command, cwd=workdir, env=_env("80GiB:79GiB"), capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    text = run.stdout + run.stderr
+    assert run.returncode == 0, text[-3000:]
+    assert "guard launch: run: every rank fits" in text
+    assert sorted(re.findall(r"STEP DONE rank (\d)", text)) == ["0", "1"]

@@ -66,11 +66,14 @@ def decide(ctx: LaunchContext, samples: list[dict], planner: Planner) -> Verdict
         return Verdict("run", f"every rank fits; the tightest, rank {tight[0].rank}, has "
                               f"{(available(ctx, tight[1], tight[0]) - tight[0].peak) / GIB:.1f} GiB to spare",
                        _footer(ctx, samples))
+    if ctx.unmodelled:  # honest confidence: stop only on what is certain
+        certain = shortfalls(ctx, samples, certain=True)
+        if not certain:
+            return Verdict("run", "the prediction exceeds free memory, but guard does not model some features "
+                                  f"({', '.join(ctx.unmodelled)}) and what is certain fits: running",
+                           [_line(ctx, s) for s in short] + _footer(ctx, samples))
+        short = certain
     report = [_line(ctx, s) for s in short]
-    if ctx.unmodelled and not shortfalls(ctx, samples, certain=True):
-        return Verdict("run", "the prediction exceeds free memory, but it includes features guard does not model "
-                              f"({', '.join(ctx.unmodelled)}) and what is certain fits: running",
-                       report + _footer(ctx, samples))
     if ctx.policy == "rewrite":
         plan = planner(capacity, frozenset(ctx.allow))
         if plan.candidates:

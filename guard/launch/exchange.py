@@ -60,8 +60,8 @@ class Exchange:
 
     def close(self) -> None:
         """Rank 0's own store goes only when every rank is past the last barrier (they said so)."""
-        if not self.agent and self.rank == 0:
-            self._wait([f"{self.prefix}/closing/{r}" for r in range(self.world)])
-        elif not self.agent:
+        if not self.agent:
             self.store.set(f"{self.prefix}/closing/{self.rank}", "1")
+            if self.rank == 0:
+                self._wait([f"{self.prefix}/closing/{r}" for r in range(self.world)])
         del self.store
