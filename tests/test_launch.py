@@ -178,7 +178,9 @@ def test_the_deepspeed_launcher_and_a_real_step(workdir):
     deepspeed.init_distributed binds it."""
     config = (workdir / "ds_config.json").read_text().replace('"train_batch_size": 32', '"train_batch_size": 16')
     (workdir / "ds16.json").write_text(config)
-    command = [sys.executable, "-m", "guard", "launch", *MODEL, "--exchange-timeout", "60", "--", "deepspeed",
+    launcher = Path(sys.executable).with_name("deepspeed")  # the one installed beside this Python
+    command = [sys.executable, "-m", "guard", "launch", *MODEL, "--exchange-timeout", "60", "--",
+               str(launcher) if launcher.exists() else "deepspeed",
                "--num_gpus", "2", "--master_port", str(_port()), "ds_step.py", "--deepspeed_config", "ds16.json"]
     run = subprocess.run(command, cwd=workdir, env=_env("80GiB:79GiB"), capture_output=True, text=True,
                          timeout=TIMEOUT)
