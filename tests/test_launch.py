@@ -62,6 +62,9 @@ def two_nodes(guard_args: list[str], program: list[str], env: dict[str, str], cw
 def workdir(tmp_path: Path) -> Path:
     for name in ("show_argv.py", "ds_step.py", "ds_config.json"):
         (tmp_path / name).write_bytes((FIXTURES / name).read_bytes())
+    # the same config for one node of two ranks: 8 x 1 x 2
+    config = (FIXTURES / "ds_config.json").read_text().replace('"train_batch_size": 32', '"train_batch_size": 16')
+    (tmp_path / "ds16.json").write_text(config)
     return tmp_path
 
 
@@ -126,7 +129,7 @@ def test_a_rank_that_dies_in_the_exchange_does_not_hang_the_job(workdir):
 
 
 def test_sigterm_reaches_the_launcher(workdir):
-    command = _node_command(MODEL + ["--policy", "warn"], ["show_argv.py", "--deepspeed_config", "ds_config.json"],
+    command = _node_command(MODEL + ["--policy", "warn"], ["show_argv.py", "--deepspeed_config", "ds16.json"],
                             _port(), nodes=1)
     proc = subprocess.Popen(command, cwd=workdir, env=_env("80GiB:79GiB", SLEEP_SECONDS="120"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -176,8 +179,6 @@ def test_rewrite_appends_megatron_flags_every_rank_reads_the_same(workdir):
 def test_the_deepspeed_launcher_and_a_real_step(workdir):
     """deepspeed's launcher has no agent store: rank 0 hosts the exchange on MASTER_PORT and frees it before
     deepspeed.init_distributed binds it."""
-    config = (workdir / "ds_config.json").read_text().replace('"train_batch_size": 32', '"train_batch_size": 16')
-    (workdir / "ds16.json").write_text(config)
     launcher = Path(sys.executable).with_name("deepspeed")  # the one installed beside this Python
     command = [sys.executable, "-m", "guard", "launch", *MODEL, "--exchange-timeout", "60", "--",
                str(launcher) if launcher.exists() else "deepspeed",

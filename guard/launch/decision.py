@@ -30,6 +30,7 @@ class Verdict:
     reason: str
     report: list[str] = field(default_factory=list)
     candidate: object | None = None  # the plan's candidate a rewrite applies
+    argv: list[str] | None = None  # the rank's argv once rewritten
 
 
 def headroom(text: str, total: int) -> int:

@@ -24,27 +24,35 @@ def rank_env() -> tuple[int, int, int]:
 
 
 def main() -> None:
+    """The start-up hook's entry: the context guard launch wrote, the job read again from it."""
     ctx = LaunchContext.load(os.environ[ENV])
+    verdict = check(ctx, lambda: _request(ctx), None)
+    if verdict.candidate is not None and verdict.argv:
+        sys.argv[:] = verdict.argv
+
+
+def check(ctx: LaunchContext, request_of, apply, exit_with=os._exit) -> Verdict:
+    """Sample this rank, exchange, decide, report; an abort calls `exit_with(3)` on every rank. A rewrite is
+    applied by `apply(verdict, request, rank)` (None: this process's argv, `verdict.argv`)."""
     rank, local, world = rank_env()
     try:
-        talk = exchange.Exchange(rank, world, ctx.timeout_s)
+        talk = exchange.connect(rank, world, ctx.timeout_s)
         samples = talk.gather(probe.sample(rank, local))
     except (probe.ProbeError, exchange.ExchangeTimeout, RuntimeError) as err:
-        _finish(ctx, Verdict("abort", str(err), [f"rank {rank}: {err}"]), rank, None, always=True)
-        return
+        return _finish(ctx, Verdict("abort", str(err), [f"rank {rank}: {err}"]), rank, None, exit_with, True)
     request = None
 
     def planner(capacity: int, allow):
         nonlocal request
         from guard.plan.search import plan
 
-        request = request or _request(ctx)
+        request = request or request_of()
         return plan(request.source.job, _gpu(ctx, samples, capacity), top=3, allow=allow)
 
     verdict = decide(ctx, samples, planner)
     if verdict.action == "rewrite":
-        verdict = _rewrite(ctx, verdict, request, rank)
-    _finish(ctx, verdict, rank, talk)
+        verdict = (apply or _rewrite)(ctx, verdict, request, rank)
+    return _finish(ctx, verdict, rank, talk, exit_with)
 
 
 def _request(ctx: LaunchContext):
@@ -72,28 +80,28 @@ def _gpu(ctx: LaunchContext, samples: list[dict], capacity: int):
 
 
 def _rewrite(ctx: LaunchContext, verdict: Verdict, request, rank: int) -> Verdict:
-    """Apply the candidate to this process's argv (and a new DeepSpeed config file): the same on every rank."""
+    """The candidate as this process's argv (and a new DeepSpeed config file): the same on every rank."""
     from guard.launch.rewrite import rewritten_argv
 
     try:
         argv, notes = rewritten_argv(request, verdict.candidate.job, sys.argv, ctx.directory, rank)
     except ValueError as err:
         return Verdict("abort", f"cannot rewrite: {err}", verdict.report + [f"cannot rewrite: {err}"])
-    sys.argv[:] = argv
-    return Verdict("rewrite", verdict.reason, verdict.report + notes, verdict.candidate)
+    return Verdict("rewrite", verdict.reason, verdict.report + notes, verdict.candidate, argv)
 
 
-def _finish(ctx: LaunchContext, verdict: Verdict, rank: int, talk, always: bool = False) -> None:
+def _finish(ctx: LaunchContext, verdict: Verdict, rank: int, talk, exit_with, always: bool = False) -> Verdict:
     """Rank 0 reports; every rank leaves the verdict for its node's guard launch (whichever exits first) and
     waits until rank 0 has reported; then an abort exits every rank."""
     if rank == 0 or always:
         lines = [f"guard launch: {verdict.action}: {verdict.reason}"] + [f"  {line}" for line in verdict.report]
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
-    path = ctx.verdict_path()
-    with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as handle:
-        json.dump({"action": verdict.action, "reason": verdict.reason, "rank": rank}, handle)
-    os.replace(f"{path}.{os.getpid()}", path)
+    if ctx.directory:
+        path = ctx.verdict_path()
+        with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as handle:
+            json.dump({"action": verdict.action, "reason": verdict.reason, "rank": rank}, handle)
+        os.replace(f"{path}.{os.getpid()}", path)
     if talk is not None:
         try:
             talk.barrier("reported")
@@ -104,4 +112,5 @@ def _finish(ctx: LaunchContext, verdict: Verdict, rank: int, talk, always: bool 
     if verdict.action == "abort":
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(ABORT)  # a SystemExit raised in sitecustomize would be reported and ignored
+        exit_with(ABORT)  # the hook: os._exit (a SystemExit raised in sitecustomize is reported and ignored)
+    return verdict
