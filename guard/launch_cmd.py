@@ -11,10 +11,10 @@ import sys
 import tempfile
 
 from guard.estimate_cmd import EstimateError
+from guard.launch.context import DEFAULT_ALLOW
 from guard.settings import Settings
 
 POLICIES = ("abort", "warn", "rewrite")
-DEFAULT_ALLOW = ("micro_batch", "recompute", "sharding", "offload")  # opt-in: tp, pp, vpp, cp, ep (checkpoints)
 ABORTED = 3
 
 

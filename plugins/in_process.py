@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-DONE_ENV = "GUARD_LAUNCH_DONE"  # set once a rank is checked: guard launch's hook and the plugins check once
+from guard.launch.context import DONE_ENV  # set once a rank is checked: the hook and the plugins check once
 
 
 def already_checked() -> bool:
@@ -27,10 +27,9 @@ def _abort(code: int) -> None:
 def run_check(request, apply=None):
     """The verdict for this rank of `request` (a guard.launch.command.LaunchRequest); a rewrite is applied by
     `apply(ctx, verdict, request, rank)` (None: this process's argv)."""
-    from guard.launch.context import LaunchContext
+    from guard.launch.context import DEFAULT_ALLOW, LaunchContext
     from guard.launch.in_rank import check
     from guard.launch.preflight import predictions
-    from guard.launch_cmd import DEFAULT_ALLOW
 
     env = os.environ
     allow = [k.strip() for k in env.get("GUARD_ALLOW", ",".join(DEFAULT_ALLOW)).split(",") if k.strip()]

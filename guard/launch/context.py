@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 ENV = "GUARD_LAUNCH"  # the context file; its absence leaves the hook inert
 DONE_ENV = "GUARD_LAUNCH_DONE"  # set by the hook in a rank: its children (workers) inherit it and skip
+# what a rewrite may change unless told otherwise; tp, pp, vpp, cp and ep are opt-in (they change checkpoints)
+DEFAULT_ALLOW = ("micro_batch", "recompute", "sharding", "offload")
 
 
 @dataclass
