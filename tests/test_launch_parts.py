@@ -134,3 +134,24 @@ def test_a_job_with_errors_is_not_started(tmp_path):
 def test_no_command_is_a_usage_error():
     code, _, err = run_guard("launch", "--")
     assert code == 2 and err.startswith("guard launch: give the launcher command after --")
+
+
+def test_a_rank_that_never_reports_is_named_not_waited_for(monkeypatch):
+    """Rank 0 of 3 hosts the exchange (no agent store); ranks 1 and 2 never come: after the timeout the
+    message names them."""
+    import socket
+    import time
+
+    from guard.launch import exchange
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    talk = exchange.Exchange(0, 3, timeout=2)
+    started = time.monotonic()
+    with pytest.raises(exchange.ExchangeTimeout, match="ranks 1, 2 of 3 did not report within 2 s"):
+        talk.gather({"rank": 0})
+    assert time.monotonic() - started < 10
