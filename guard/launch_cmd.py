@@ -66,7 +66,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     path = os.path.join(directory, "context.json")
     ctx.write(path)
     code = _run(command, _environment(path, request))
-    return ABORTED if _aborted(ctx) else code
+    aborted = _aborted(ctx)
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)  # the rewritten configs were read when the job started
+    return ABORTED if aborted else code
 
 
 def _rules(request, settings: Settings) -> int:
@@ -100,8 +104,9 @@ def _environment(path: str, request) -> dict[str, str]:
     env[ENV] = path
     env.pop("GUARD_LAUNCH_DONE", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, env.get("PYTHONPATH", "")) if p)
-    if request.argv[0] == "srun" and not any(a in request.argv for a in ("torchrun", "deepspeed")):
-        env["GUARD_LAUNCH_SLURM"] = "1"
+    agents = ("torchrun", "torch.distributed.run", "deepspeed", "accelerate")
+    if os.path.basename(request.argv[0]) == "srun" and not any(os.path.basename(a) in agents for a in request.argv):
+        env["GUARD_LAUNCH_SLURM"] = "1"  # srun starts the ranks itself: they have SLURM_PROCID, not RANK
     return env
 
 
