@@ -52,11 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check a Megatron command line given as one string")
     chk.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
 
-    from guard import estimate_cmd, launch_cmd, plan_cmd
+    from guard import diagnose_cmd, estimate_cmd, launch_cmd, plan_cmd
 
     estimate_cmd.add_parser(sub)
     plan_cmd.add_parser(sub)
     launch_cmd.add_parser(sub)
+    diagnose_cmd.add_parser(sub)
 
     schema = sub.add_parser("schema", help="regenerate a data table from a framework's sources")
     schema_sub = schema.add_subparsers(dest="schema_kind", parser_class=_Parser)
@@ -139,6 +140,16 @@ def run_launch(args: argparse.Namespace) -> int:
         raise UsageError(f"guard launch: {err}") from None
 
 
+def run_diagnose(args: argparse.Namespace) -> int:
+    from guard.diagnose_cmd import run
+    from guard.estimate_cmd import EstimateError
+
+    try:
+        return run(args)
+    except (EstimateError, ValueError) as err:
+        raise UsageError(f"guard diagnose: {err}") from None
+
+
 def run_rule(args: argparse.Namespace) -> int:
     from guard.rules import load_all
     from guard.rules.registry import lookup
@@ -198,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         handler = {"check": run_check, "estimate": run_estimate, "plan": run_plan, "launch": run_launch,
-                   "rule": run_rule, "rules": run_rules, "schema": run_schema}.get(args.command)
+                   "diagnose": run_diagnose, "rule": run_rule, "rules": run_rules, "schema": run_schema}.get(args.command)
         if handler is None:
-            raise UsageError("guard: give a command: check, estimate, plan, launch, rule, rules or schema "
-                             "(see guard --help)")
+            raise UsageError("guard: give a command: check, estimate, plan, launch, diagnose, rule, rules or "
+                             "schema (see guard --help)")
         return handler(args)
     except (UsageError, SettingsError) as err:
         sys.stderr.write(f"{err}\n")

@@ -20,8 +20,8 @@ LAYERS = [
     ["guard.rules", "guard.selection", "guard.check_result"],
     ["guard.checker"],
     ["guard.report"],
-    ["guard.launch"],
-    ["guard.estimate_cmd", "guard.plan_cmd", "guard.launch_cmd", "guard.cli_options", "guard.cli", "guard.__main__"],
+    ["guard.launch", "guard.diagnose"],
+    ["guard.estimate_cmd", "guard.plan_cmd", "guard.launch_cmd", "guard.diagnose_cmd", "guard.cli_options", "guard.cli", "guard.__main__"],
 ]
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60

@@ -1,0 +1,53 @@
+"""The out-of-memory events of a set of logs: which rank, where, in which phase, and what the message says."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from guard.diagnose.log_lines import LogLine
+from guard.diagnose.oom_text import OomText, messages
+
+# what the log was doing before the OOM (the latest marker seen on that rank, or on any rank)
+PHASES = [
+    ("checkpoint save", re.compile(r"sav(?:ing|e)[_ ]checkpoint|saving model|save_checkpoint", re.I)),
+    ("evaluation", re.compile(r"\bevaluat|validation loss|\beval[_ ]", re.I)),
+    ("step", re.compile(r"\biteration\s+(\d+)\s*/|\bstep[ =:]+(\d+)|global_step[ =:]+(\d+)", re.I)),
+]
+RANK_IN_TEXT = re.compile(r"\brank[ =:]*(\d+)\b", re.I)
+
+
+@dataclass
+class Event:
+    source: str  # path
+    line: int
+    rank: int | None
+    phase: str  # start-up | first step | step N | checkpoint save | evaluation
+    oom: OomText
+
+    @property
+    def cause_input(self) -> OomText:
+        return self.oom
+
+
+def events(lines: Iterable[LogLine]) -> list[Event]:
+    """Every OOM message and look-alike, in order; one per message (glued messages are split)."""
+    out: list[Event] = []
+    phase: dict[int | None, str] = {}
+    for line in lines:
+        for marker, pattern in PHASES:
+            match = pattern.search(line.text)
+            if match:
+                step = next((g for g in match.groups() if g), None) if match.groups() else None
+                phase[line.rank] = f"step {step}" if step else marker
+                phase[None] = phase[line.rank]
+                break
+        for oom in messages(line.text):
+            rank = line.rank
+            if rank is None:  # a rank named in the text just before the message ("[Rank 3] ...")
+                named = RANK_IN_TEXT.search(line.text[:oom.start])
+                rank = int(named.group(1)) if named else None
+            seen = phase.get(rank, phase.get(None))
+            out.append(Event(line.path, line.number, rank, seen or "start-up or first step", oom))
+    return out

@@ -1,0 +1,117 @@
+"""PyTorch's CUDA out-of-memory message in every era, and the look-alikes (raw CUDA, cuBLAS/cuDNN, NCCL, host).
+
+Eras (../shared/research/lint_rules.md §6.1): "(GPU 0; X total capacity; Y already allocated; Z free;
+W cached)" before ~1.4; "... W reserved in total by PyTorch)" to 2.0 (with "X allowed;" under a memory
+fraction); from 2.1 "GPU 0 has a total capac(i)ty of X of which Y is free. [Process N has X memory in use.]
+[Including non-PyTorch memory, this process has X memory in use.] [X allowed;] Of the allocated memory X is
+allocated by PyTorch, [with X allocated in private pools (e.g., CUDA Graphs), ]and Y is reserved by PyTorch
+but unallocated." The era is read from the body, never from the class name in front of it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+UNITS = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+SIZE = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB|PiB)"
+OOM = re.compile(r"CUDA out of memory\. Tried to allocate " + SIZE)
+OLD = re.compile(r"\(GPU (\d*); " + SIZE + r" total capacity; " + SIZE + r" already allocated; " + SIZE +
+                 r" free; (?:" + SIZE + r" allowed; )?" + SIZE + r" (reserved in total by PyTorch|cached)")
+NEW_DEVICE = re.compile(r"GPU (\d*) ?has a total capac(?:i)?ty of " + SIZE + r" of which " + SIZE + r" is free")
+PROCESS = re.compile(r"Process (\d+) has " + SIZE + r" memory in use")
+SELF = re.compile(r"Including non-PyTorch memory, this process has " + SIZE + r" memory in use")
+ALLOWED = re.compile(SIZE + r" allowed;")
+BY_PYTORCH = re.compile(r"Of the allocated memory " + SIZE + r" is allocated by PyTorch, (?:with " + SIZE +
+                        r" allocated in private pools \(e\.g\., CUDA Graphs\), )?and " + SIZE +
+                        r" is reserved by PyTorch but unallocated")
+LOOKALIKES = [  # (kind, pattern): OOMs that are not the caching allocator's message
+    ("raw-cuda", re.compile(r"CUDA error: out of memory")),
+    ("cublas", re.compile(r"CUBLAS_STATUS_ALLOC_FAILED")),
+    ("cudnn", re.compile(r"CUDNN_STATUS_ALLOC_FAILED")),
+    ("nccl", re.compile(r"Failed to CUDA calloc (\d+) bytes|NCCL WARN Cuda failure 'out of memory'|"
+                        r"Cuda failure 'out of memory'")),
+    ("host", re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)[^\n]*?(?:allocate (\d+) "
+                        r"bytes)?")),
+    ("host-killed", re.compile(r"exitcode\s*:\s*-9\b|return code = -9\b|Signal 9 \(SIGKILL\)|oom[-_]kill")),
+]
+
+
+def size(number: str, unit: str) -> int:
+    return int(float(number) * UNITS[unit])
+
+
+@dataclass
+class OomText:
+    """What one message says (None where it does not say it)."""
+
+    kind: str  # "cuda-oom" (the caching allocator) or a look-alike kind
+    start: int  # offset of the message in its line
+    requested: int | None = None
+    device: int | None = None
+    total: int | None = None
+    free: int | None = None
+    allocated: int | None = None  # by PyTorch's allocator
+    reserved: int | None = None
+    reserved_unallocated: int | None = None
+    allowed: int | None = None
+    private_pools: int | None = None
+    this_process: int | None = None  # NVML: this process, non-PyTorch memory included
+    processes: dict[int, int] = field(default_factory=dict)  # other processes NVML lists: pid -> bytes
+    era: str = ""
+
+
+def messages(line: str) -> list[OomText]:
+    """Every OOM message in a line (two ranks' messages can be glued into one); look-alikes too."""
+    out = []
+    starts = [m.start() for m in OOM.finditer(line)]
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(line)
+        out.append(_cuda(line[start:end], start))
+    if not out:
+        for kind, pattern in LOOKALIKES:
+            match = pattern.search(line)
+            if match:
+                requested = next((int(g) for g in match.groups() if g), None) if match.groups() else None
+                out.append(OomText(kind, match.start(), requested=requested))
+                break
+    return out
+
+
+def _cuda(text: str, start: int) -> OomText:
+    head = OOM.match(text)
+    out = OomText("cuda-oom", start, requested=size(head.group(1), head.group(2)))
+    old = OLD.search(text)
+    if old:
+        g = old.groups()
+        out.device = int(g[0]) if g[0] else None
+        out.total, out.allocated, out.free = size(g[1], g[2]), size(g[3], g[4]), size(g[5], g[6])
+        out.allowed = size(g[7], g[8]) if g[7] else None
+        if g[11] == "cached":  # before 1.4 the last figure is the cache alone: reserved but unallocated
+            out.reserved_unallocated = size(g[9], g[10])
+            out.reserved = out.allocated + out.reserved_unallocated
+            out.era = "cached (<= 1.3)"
+        else:
+            out.reserved = size(g[9], g[10])
+            out.reserved_unallocated = max(0, out.reserved - out.allocated)
+            out.era = "reserved in total (1.4 - 2.0)"
+        return out
+    new = NEW_DEVICE.search(text)
+    if new:
+        g = new.groups()
+        out.device = int(g[0]) if g[0] else None
+        out.total, out.free = size(g[1], g[2]), size(g[3], g[4])
+        out.era = "total capacity of (>= 2.1)"
+        out.processes = {int(m.group(1)): size(m.group(2), m.group(3)) for m in PROCESS.finditer(text)}
+        own = SELF.search(text)
+        out.this_process = size(own.group(1), own.group(2)) if own else None
+        allowed = ALLOWED.search(text)
+        out.allowed = size(allowed.group(1), allowed.group(2)) if allowed else None
+        pytorch = BY_PYTORCH.search(text)
+        if pytorch:
+            p = pytorch.groups()
+            out.allocated = size(p[0], p[1])
+            out.private_pools = size(p[2], p[3]) if p[2] else None
+            out.reserved_unallocated = size(p[4], p[5])
+            out.reserved = out.allocated + out.reserved_unallocated + (out.private_pools or 0)
+    return out
