@@ -16,6 +16,15 @@ def add_parser(sub) -> None:
     diag.add_argument("--snapshot", action="append", default=[], metavar="FILE",
                       help="a memory snapshot (torch.cuda.memory._dump_snapshot), read without running its code")
     diag.add_argument("--format", choices=("text", "json"), default="text")
+    job = diag.add_argument_group("the job (optional: coordinates, prediction and layouts that fit)")
+    job.add_argument("--script", action="append", default=[], metavar="FILE", help="its launch script")
+    job.add_argument("--megatron-args", default=None, metavar="ARGS", help="its Megatron command line")
+    job.add_argument("--deepspeed", default=None, metavar="FILE", help="its DeepSpeed config")
+    job.add_argument("--hf-config", default=None, metavar="FILE")
+    job.add_argument("--model", default=None, metavar="PRESET")
+    job.add_argument("--seq-length", type=int, default=None, metavar="S")
+    job.add_argument("--world-size", type=int, default=None, metavar="N")
+    job.add_argument("--gpu", default=None, metavar="NAME", help="the GPU (for the step times of the layouts)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,5 +49,40 @@ def run(args: argparse.Namespace) -> int:
                            "fragmentation": summary.fragmentation, "by_category": summary.by_category,
                            "largest": [{"bytes": b, "where": w} for b, w in summary.largest]}
     result = report.to_dict(found, summaries)
+    source = _source(args)
+    if source is not None and found:
+        from guard.diagnose.with_job import layouts_that_fit, rank_rows
+        from guard.plan_cmd import rule_verifier
+
+        rows = rank_rows(source.job, found)
+        for entry in result["ranks"]:
+            entry.update(rows.get(entry["rank"], {}))
+        verify = rule_verifier(source, source_settings(args))
+        result["layouts_that_fit"] = layouts_that_fit(source.job, found, args.gpu, verify)
     (report.write_json if args.format == "json" else report.write_text)(result, sys.stdout)
     return 0 if found else 1
+
+
+def source_settings(args: argparse.Namespace):
+    from guard.settings import Settings
+
+    settings = Settings()
+    settings.world_size = args.world_size
+    return settings
+
+
+def _source(args: argparse.Namespace):
+    """The job (with what it was read from) from the inputs of guard estimate, when any is given."""
+    from guard.job.from_inputs import InputError, JobInputs, read_source
+    from guard.job.training_job import IncompleteJob
+
+    if not (args.script or args.megatron_args or args.deepspeed):
+        return None
+    inputs = JobInputs(paths=list(args.script), megatron_args=args.megatron_args, deepspeed=args.deepspeed,
+                       hf_config=args.hf_config, model=args.model, seq_length=args.seq_length)
+    try:
+        source = read_source(inputs, source_settings(args))
+        source.job.require()
+    except (InputError, IncompleteJob) as err:
+        raise EstimateError(str(err)) from None
+    return source

@@ -215,3 +215,23 @@ def test_no_oom_in_the_logs_exits_1(tmp_path):
     log.write_text("iteration 1/10 | loss 1\n")
     code, out, _ = run_guard("diagnose", str(log))
     assert code == 1 and "0 out-of-memory events" in out
+
+
+def test_with_the_job_the_failed_rank_is_located_and_layouts_that_fit_are_listed(tmp_path):
+    from conftest import ROOT
+
+    log = tmp_path / "job.log"
+    log.write_text(" iteration        1/    1000 | consumed samples: 64\n"
+                   "[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 2 has a total "
+                   "capacity of 79.15 GiB of which 300.00 MiB is free. Of the allocated memory 76.10 GiB is allocated "
+                   "by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated.\n")
+    code, out, err = run_guard("diagnose", str(log), "--script", str(ROOT / "examples/memory/llama2_13b_pp4.sh"),
+                               "--gpu", "A100-80GB", "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    (rank,) = report["ranks"]
+    # TP 1 x PP 4 on 4 GPUs: rank 2 is pipeline stage 2
+    assert (rank["rank"], rank["pp_rank"], rank["tp_rank"], rank["dp_rank"]) == (2, 2, 0, 0)
+    assert rank["predicted_peak_bytes"] > 0 and rank["dominant"]
+    fits = report["layouts_that_fit"]
+    assert fits and all(f["peak_bytes"] <= int(79.15 * GIB) for f in fits)

@@ -57,10 +57,19 @@ def write_text(report: dict, out: TextIO) -> None:
             out.write(f"  asked {_gib(e['requested_bytes'])}; free {_gib(e['free_bytes'])} of "
                       f"{_gib(e['capacity_bytes'])}; allocated by PyTorch {_gib(e['allocated_bytes'])}; reserved but "
                       f"unallocated {_gib(e['reserved_unallocated_bytes'])}\n")
+    located = [r for r in report["ranks"] if "pp_rank" in r]
+    if located:
+        out.write("\nthe failed ranks in the job:\n")
+        for r in located:
+            out.write(f"  rank {r['rank']}: TP {r['tp_rank']}, PP {r['pp_rank']}, DP {r['dp_rank']}; guard predicts "
+                      f"{_gib(r['predicted_peak_bytes'])} there, most of it {r['dominant']}\n")
     out.write("\nwhat to change:\n")
     for fix in report["suggestions"]:
         ranks = ", ".join("?" if r is None else str(r) for r in fix["ranks"])
         out.write(f"  {fix['cause']} (ranks {ranks}): {fix['fix']}\n")
+    for n, fit in enumerate(report.get("layouts_that_fit") or [], 1):
+        out.write(f"  layout {n} that fits (guard plan): {fit['changes']}: peak {_gib(fit['peak_bytes'])}, "
+                  f"{fit['step_time_s']:.2f} s/step\n")
     for path, summary in (report.get("snapshots") or {}).items():
         out.write(f"\nsnapshot {path}: reserved {_gib(summary['reserved'])}, allocated {_gib(summary['allocated'])}"
                   f" ({summary['fragmentation']:.0%} of reserved not allocated)\n")
