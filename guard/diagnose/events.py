@@ -26,10 +26,6 @@ class Event:
     phase: str  # start-up | first step | step N | checkpoint save | evaluation
     oom: OomText
 
-    @property
-    def cause_input(self) -> OomText:
-        return self.oom
-
 
 def events(lines: Iterable[LogLine]) -> list[Event]:
     """Every OOM message and look-alike, in order; one per message (glued messages are split)."""
