@@ -29,14 +29,13 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from guard.diagnose import report, snapshot
-    from guard.diagnose.events import events
-    from guard.diagnose.log_lines import read_lines
+    from guard.diagnose.events import file_events
 
     found = []
     for path in args.logs:
         if not os.path.isfile(path):
             raise EstimateError(f"{path}: no such file")
-        found.extend(events(read_lines(path)))
+        found.extend(file_events(path))
     summaries = {}
     for path in args.snapshot:
         if not os.path.isfile(path):

@@ -53,3 +53,29 @@ def read_lines(path: str) -> Iterator[LogLine]:
             number += 1
             rank, text = strip_prefix(raw)
             yield LogLine(path, number, rank, text)
+
+
+BLOCK = 8 << 20  # characters a block holds, cut after its last newline
+
+
+def blocks(path: str) -> Iterator[str]:
+    """The file in blocks of whole lines (the last may lack its newline); each block ends with "\\n" except the
+    file's last, so `block.split("\\n")` has one empty string after the block's last line."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        carry = ""
+        while True:
+            chunk = handle.read(BLOCK)
+            if not chunk:
+                if carry:
+                    yield carry
+                return
+            chunk = carry + chunk
+            cut = chunk.rfind("\n")
+            if cut < 0:
+                carry = chunk
+                if len(carry) > MAX_LINE:  # a log without newlines: read it in pieces
+                    yield carry + "\n"
+                    carry = ""
+                continue
+            carry = chunk[cut + 1:]
+            yield chunk[:cut + 1]

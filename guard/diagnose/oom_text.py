@@ -37,6 +37,10 @@ LOOKALIKES = [  # (kind, pattern): OOMs that are not the caching allocator's mes
 ]
 
 
+# one cheap search rules out the lines that hold none of the above (nearly all of a training log)
+ANY = re.compile(r"out of memory|ALLOC_FAILED|calloc|DefaultCPUAllocator|-9\b|SIGKILL|oom[-_]kill")
+
+
 def size(number: str, unit: str) -> int:
     return int(float(number) * UNITS[unit])
 
@@ -63,6 +67,8 @@ class OomText:
 
 def messages(line: str) -> list[OomText]:
     """Every OOM message in a line (two ranks' messages can be glued into one); look-alikes too."""
+    if not ANY.search(line):
+        return []
     out = []
     starts = [m.start() for m in OOM.finditer(line)]
     for i, start in enumerate(starts):
