@@ -108,46 +108,33 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if args.exit_zero and result.exit_code == 1 else result.exit_code
 
 
-def run_estimate(args: argparse.Namespace) -> int:
-    from guard.estimate_cmd import EstimateError, run
+def _job_command(args: argparse.Namespace, command: str, with_settings: bool = True) -> int:
+    """estimate, plan, launch, diagnose: guard/<command>_cmd.py's run; its bad input is one usage line."""
+    from importlib import import_module
 
-    settings = job_settings(args, "estimate")
+    from guard.estimate_cmd import EstimateError
+
+    run = import_module(f"guard.{command}_cmd").run
     try:
-        return run(args, settings)
+        return run(args, job_settings(args, command)) if with_settings else run(args)
     except (EstimateError, ValueError) as err:
-        raise UsageError(f"guard estimate: {err}") from None
+        raise UsageError(f"guard {command}: {err}") from None
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    return _job_command(args, "estimate")
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from guard.estimate_cmd import EstimateError
-    from guard.plan_cmd import run
-
-    settings = job_settings(args, "plan")
-    try:
-        return run(args, settings)
-    except (EstimateError, ValueError) as err:
-        raise UsageError(f"guard plan: {err}") from None
+    return _job_command(args, "plan")
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    from guard.estimate_cmd import EstimateError
-    from guard.launch_cmd import run
-
-    settings = job_settings(args, "launch")
-    try:
-        return run(args, settings)
-    except (EstimateError, ValueError) as err:
-        raise UsageError(f"guard launch: {err}") from None
+    return _job_command(args, "launch")
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    from guard.diagnose_cmd import run
-    from guard.estimate_cmd import EstimateError
-
-    try:
-        return run(args)
-    except (EstimateError, ValueError) as err:
-        raise UsageError(f"guard diagnose: {err}") from None
+    return _job_command(args, "diagnose", with_settings=False)
 
 
 def run_rule(args: argparse.Namespace) -> int:
