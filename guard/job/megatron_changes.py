@@ -43,7 +43,7 @@ def flag_changes(old, new, table: FlagTable, given: Callable[[str], bool], num_l
     """The flags to set or remove so that guard reads `new` where it read `old`. `given(dest)`: whether the
     user wrote that flag (it picks the spelling to edit); `config`: a Megatron-DeepSpeed job's DeepSpeed config."""
     plan = _Plan(table, given)
-    _layout(plan, old.layout, new.layout, num_layers)
+    _layout(plan, old.layout, new.layout, num_layers, bool(new.arch and new.arch.num_experts))
     if new.micro_batch != old.micro_batch:
         plan.put("micro_batch", "micro_batch_size", new.micro_batch)
     implied = new.micro_batch * new.layout.dp if new.layout.dp else None
@@ -56,7 +56,7 @@ def flag_changes(old, new, table: FlagTable, given: Callable[[str], bool], num_l
     return plan.changes, plan.refused
 
 
-def _layout(plan: _Plan, old, new, num_layers: int | None) -> None:
+def _layout(plan: _Plan, old, new, num_layers: int | None, experts: bool = True) -> None:
     ep = "moe_expert_parallel_size" if plan.mds else "expert_model_parallel_size"
     for attr, dest in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
                        ("cp", "context_parallel_size"), ("ep", ep), ("ulysses", "ds_sequence_parallel_size")):
@@ -66,7 +66,7 @@ def _layout(plan: _Plan, old, new, num_layers: int | None) -> None:
                        ("last_stage_layers", "decoder_last_pipeline_num_layers")):
         if getattr(new, attr) != getattr(old, attr):
             plan.put(f"layout.{attr}", dest, getattr(new, attr))  # None: REMOVE (the even split)
-    if new.etp != old.etp:
+    if new.etp != old.etp and experts:  # a dense model has no expert TP to write
         if plan.mds:
             plan.refuse("layout.etp", "Megatron-DeepSpeed's expert TP follows TP (--enable-expert-tensor-"
                         "parallelism) or is 1: it has no flag of its own")

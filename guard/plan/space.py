@@ -114,12 +114,18 @@ def megatron_layouts(job: TrainingJob) -> Iterator[tuple[ParallelLayout, bool]]:
     layers = arch.num_layers
     tps = [t for t in _divisors(min(node, world)) if arch.heads % t == 0 and arch.query_groups % t == 0]
     cps = [c for c in (1, 2, 4, 8) if c == 1 or (c <= MAX_CP and job.seq_length % (2 * c) == 0)]
+    # Megatron-DeepSpeed has no --context-parallel-size nor uneven-stage flags, and DeepSpeed's pipeline
+    # engine runs plain 1F1B: its space is TP x even PP (what its writer can express)
+    mds = job.framework == "megatron-deepspeed"
+    cps = [1] if mds else cps
     for tp in tps:
         for cp in cps:
             for pp in _divisors(world // (tp * cp), layers):
                 if world % (tp * cp * pp):
                     continue
                 for stages in _stage_splits(layers, pp):
+                    if mds and stages != (None, None, 1):
+                        continue
                     for ep, etp in _experts(job, world, tp, pp):
                         lay = ParallelLayout(world=world, gpus_per_node=node, tp=tp, pp=pp, vpp=stages[2], cp=cp,
                                              ep=ep, etp=etp, sequence_parallel=tp > 1,
@@ -166,8 +172,8 @@ def _stage_splits(layers: int, pp: int) -> Iterator[tuple[int | None, int | None
 
 def _experts(job: TrainingJob, world: int, tp: int, pp: int) -> Iterator[tuple[int, int | None]]:
     experts = job.arch.num_experts
-    if not experts:
-        yield 1, None
+    if not experts:  # a dense model: EP and expert TP mean nothing, so the job's own are kept (no change)
+        yield job.layout.ep, job.layout.etp
         return
     for ep in _divisors(experts):
         for etp in sorted({1, tp}):
