@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def closest(word: str, choices: Any, cutoff: float = 0.6) -> str | None:
     """The choice closest to `word`, ignoring case and '-' vs '_'; None if none is close enough."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from guard.job.architecture import Architecture
 from guard.job.stages import even_chunks
-from guard.job.training_job import new_job
+from guard.job.training_job import TrainingJob, new_job
 
 # Korthikanti et al. 2022, Table 3: (heads, hidden, layers, TP, PP, micro batch, global batch, interleave v)
 KORTHIKANTI = {

@@ -11,7 +11,7 @@ from conftest import run_guard
 from guard.job.architecture import Architecture
 from guard.memory.estimate import COMPONENTS, estimate
 from guard.job.stages import even_chunks
-from guard.job.training_job import new_job
+from guard.job.training_job import TrainingJob, new_job
 
 
 @st.composite

@@ -11,7 +11,7 @@ from guard.cli import main
 from guard.job.architecture import Architecture
 from guard.memory.estimate import COMPONENTS, estimate
 from guard.job.stages import even_chunks
-from guard.job.training_job import new_job
+from guard.job.training_job import TrainingJob, new_job
 
 GIB = 2**30
 A100_80GB = 80 * GIB  # capacity given as a size: the test does not depend on the catalog
