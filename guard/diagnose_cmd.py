@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
     diag.add_argument("logs", nargs="+", metavar="LOG", help="log files: one per rank, or combined output")
     diag.add_argument("--snapshot", action="append", default=[], metavar="FILE",
                       help="a memory snapshot (torch.cuda.memory._dump_snapshot), read without running its code")
-    diag.add_argument("--format", choices=("text", "json"), default="text")
+    diag.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     job = diag.add_argument_group("the job (optional: coordinates, prediction and layouts that fit)")
     job.add_argument("--script", action="append", default=[], metavar="FILE", help="its launch script")
     job.add_argument("--megatron-args", default=None, metavar="ARGS", help="its Megatron command line")
@@ -28,38 +28,73 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from guard.diagnose import report, snapshot
-    from guard.diagnose.events import file_events
+    from dataclasses import asdict
 
-    found = []
+    from guard.diagnose import report
+    from guard.diagnose.markdown import write_markdown
+    from guard.diagnose.scan import LogScan, scan_file
+
+    scan = LogScan()
     for path in args.logs:
         if not os.path.isfile(path):
             raise EstimateError(f"{path}: no such file")
-        found.extend(file_events(path))
-    summaries = {}
-    for path in args.snapshot:
-        if not os.path.isfile(path):
-            raise EstimateError(f"{path}: no such file")
-        try:
-            summary = snapshot.summarise(snapshot.load(path))
-        except snapshot.SnapshotError as err:
-            raise EstimateError(str(err)) from None
-        summaries[path] = {"reserved": summary.reserved, "allocated": summary.allocated,
-                           "fragmentation": summary.fragmentation, "by_category": summary.by_category,
-                           "largest": [{"bytes": b, "where": w} for b, w in summary.largest]}
-    result = report.to_dict(found, summaries)
-    source = _source(args)
+        scan_file(path, scan)
+    scan.finish()
+    found = scan.events
+    summaries = {path: _snapshot(path) for path in args.snapshot}
+    source, job_from = _job(args, scan)
+    compared = {}
     if source is not None and found:
-        from guard.diagnose.with_job import layouts_that_fit, rank_rows
+        from guard.diagnose.compare import as_dict
+        from guard.diagnose.with_job import comparisons
+
+        compared = {c.rank: as_dict(c) for c in comparisons(source.job, found, scan.readings)}
+    result = report.to_dict(found, summaries, compared, scan.expandable)
+    result["memory_reports"] = [asdict(r) for r in scan.readings]
+    if job_from:
+        result["job_from"] = job_from
+    if source is not None and found:
+        from guard.diagnose.with_job import layouts_that_fit
         from guard.plan_cmd import rule_verifier
 
-        rows = rank_rows(source.job, found)
-        for entry in result["ranks"]:
-            entry.update(rows.get(entry["rank"], {}))
         verify = rule_verifier(source, source_settings(args))
-        result["layouts_that_fit"] = layouts_that_fit(source.job, found, args.gpu, verify)
-    (report.write_json if args.format == "json" else report.write_text)(result, sys.stdout)
+        result["layouts_that_fit"] = layouts_that_fit(source, found, args.gpu, verify, diff=not job_from)
+    writer = {"json": report.write_json, "markdown": write_markdown}.get(args.format, report.write_text)
+    writer(result, sys.stdout)
     return 0 if found else 1
+
+
+def _snapshot(path: str) -> dict:
+    from guard.diagnose import snapshot
+
+    if not os.path.isfile(path):
+        raise EstimateError(f"{path}: no such file")
+    try:
+        summary = snapshot.summarise(snapshot.load(path))
+    except snapshot.SnapshotError as err:
+        raise EstimateError(str(err)) from None
+    return {"reserved": summary.reserved, "allocated": summary.allocated, "fragmentation": summary.fragmentation,
+            "by_category": summary.by_category, "largest": [{"bytes": b, "where": w} for b, w in summary.largest],
+            "expandable_segments": summary.expandable_segments}
+
+
+def _job(args: argparse.Namespace, scan):
+    """The job from the inputs given, else from the arguments Megatron printed in the log; and where from."""
+    source = _source(args)
+    if source is not None:
+        return source, None
+    printed = scan.printed_args
+    if printed is None:
+        return None, None
+    from guard.diagnose.with_job import LogJobError, source_from_printed
+
+    try:
+        source = source_from_printed(printed, source_settings(args))
+    except LogJobError as err:  # the events are still diagnosed; the report says why there is no prediction
+        return None, f"not priced: {err}"
+    problem = getattr(source.command, "deepspeed_config_problem", "")
+    return source, f"the arguments Megatron printed at {printed.source}:{printed.line}" + \
+        (f"; {problem}: its ZeRO stage and the rest come from the printed flags alone" if problem else "")
 
 
 def source_settings(args: argparse.Namespace):

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from guard.diagnose import snapshot
 from guard.diagnose.causes import cause
-from guard.diagnose.events import events, file_events
+from guard.diagnose.events import events
+from guard.diagnose.scan import file_events
 from guard.diagnose.log_lines import LogLine, read_lines, strip_prefix
 from guard.diagnose.oom_text import messages
 

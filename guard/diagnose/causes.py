@@ -32,7 +32,8 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / GIB:.2f} GiB"
 
 
-def cause(event: Event) -> Cause:
+def cause(event: Event, expandable: bool = False) -> Cause:
+    """`expandable`: the log or a snapshot says PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True."""
     o = event.oom
     if o.kind == "nccl":
         return Cause("nccl", "NCCL could not allocate its buffers on the GPU",
@@ -61,6 +62,9 @@ def cause(event: Event) -> Cause:
             o.reserved_unallocated > 0.05 * o.total:
         return Cause("fragmentation", f"{_gib(o.reserved_unallocated)} reserved but unallocated and {_gib(o.free)} "
                                       f"free, yet {_gib(o.requested)} did not fit in one piece",
+                     "expandable_segments is already on, so the pieces are what the job leaves between its "
+                     "tensors: lower the peak (a layout that fits with room, guard plan) or free caches before "
+                     "the phase that failed" if expandable else
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb on older PyTorch)")
     if event.phase.startswith("step ") and event.phase not in ("step 0", "step 1"):
         return Cause("activation-growth", f"it ran until {event.phase} before running out: a later batch needed "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from guard.diagnose.log_lines import LogLine
-from guard.diagnose.oom_text import ANY, OomText, messages
+from guard.diagnose.oom_text import OomText, messages
 
 # what the log was doing before the OOM (the latest marker seen on that rank, or on any rank)
 PHASES = [
@@ -15,7 +15,6 @@ PHASES = [
     ("evaluation", re.compile(r"\bevaluat|validation loss|\beval[_ ]", re.I)),
     ("step", re.compile(r"\biteration\s+(\d+)\s*/|\bstep[ =:]+(\d+)|global_step[ =:]+(\d+)", re.I)),
 ]
-PHASE_LOOKBACK = 64  # lines at the end of a skipped block searched for the phase marker
 PHASE_WORDS = re.compile(r"sav|evaluat|validation|eval|iteration|step", re.I)  # before the three searches
 RANK_IN_TEXT = re.compile(r"\brank[ =:]*(\d+)\b", re.I)
 
@@ -35,7 +34,7 @@ def events(lines: Iterable[LogLine], phase: dict[int | None, str] | None = None)
     out: list[Event] = []
     phase = {} if phase is None else phase
     for line in lines:
-        _mark_phase(phase, line.rank, line.text)
+        mark_phase(phase, line.rank, line.text)
         for oom in messages(line.text):
             rank = line.rank
             if rank is None:  # a rank named in the text just before the message ("[Rank 3] ...")
@@ -46,7 +45,7 @@ def events(lines: Iterable[LogLine], phase: dict[int | None, str] | None = None)
     return out
 
 
-def _mark_phase(phase: dict[int | None, str], rank: int | None, text: str) -> None:
+def mark_phase(phase: dict[int | None, str], rank: int | None, text: str) -> None:
     if not PHASE_WORDS.search(text):
         return
     for marker, pattern in PHASES:
@@ -55,23 +54,3 @@ def _mark_phase(phase: dict[int | None, str], rank: int | None, text: str) -> No
             step = next((g for g in match.groups() if g), None) if match.groups() else None
             phase[rank] = phase[None] = f"step {step}" if step else marker
             return
-
-
-def file_events(path: str) -> list[Event]:
-    """The events of one log file, fast: blocks of it without any OOM text are skipped whole (one C-speed
-    search), keeping only their line count and the phase their last lines show."""
-    from guard.diagnose.log_lines import blocks, strip_prefix
-
-    out: list[Event] = []
-    phase: dict[int | None, str] = {}
-    first = 1
-    for block in blocks(path):
-        lines = block.split("\n")
-        if ANY.search(block):
-            out += events((LogLine(path, first + i, *strip_prefix(text)) for i, text in enumerate(lines)), phase)
-        else:
-            for text in lines[-PHASE_LOOKBACK:]:
-                rank, text = strip_prefix(text)
-                _mark_phase(phase, rank, text)
-        first += len(lines) - 1
-    return out

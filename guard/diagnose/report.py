@@ -5,22 +5,31 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from guard.diagnose.causes import cause
+from dataclasses import replace
+
+from guard.diagnose.causes import Cause, cause
 from guard.diagnose.events import Event
 from guard.units import GIB
 
 
-def to_dict(events: list[Event], snapshots: dict | None = None) -> dict:
-    rows, ranks, fixes = [], {}, {}
+def to_dict(events: list[Event], snapshots: dict | None = None, compared: dict[int, dict] | None = None,
+            expandable: bool = False) -> dict:
+    """The JSON contract; `compared`: rank -> guard's prediction beside the observations (compare.as_dict);
+    `expandable`: the allocator already runs with expandable segments."""
+    rows, ranks, fixes, compared = [], {}, {}, compared or {}
+    expandable = expandable or any(s.get("expandable_segments") for s in (snapshots or {}).values())
     for event in events:
-        o, c = event.oom, cause(event)
+        o, c = event.oom, cause(event, expandable)
+        if c.name == "capacity" and event.rank in compared:
+            c = with_prediction(c, compared[event.rank])
         rows.append({"rank": event.rank, "source": event.source, "line": event.line, "phase": event.phase,
                      "kind": o.kind, "device": o.device, "era": o.era or None, "requested_bytes": o.requested,
                      "capacity_bytes": o.total, "free_bytes": o.free, "allocated_bytes": o.allocated,
                      "reserved_unallocated_bytes": o.reserved_unallocated,
                      "other_processes": {str(pid): b for pid, b in o.processes.items()} or None,
                      "cause": c.name, "why": c.why})
-        entry = ranks.setdefault(event.rank, {"rank": event.rank, "events": 0, "causes": []})
+        entry = ranks.setdefault(event.rank, {"rank": event.rank, "events": 0, "causes": [],
+                                              **compared.get(event.rank, {})})
         entry["events"] += 1
         if c.name not in entry["causes"]:
             entry["causes"].append(c.name)
@@ -34,6 +43,14 @@ def to_dict(events: list[Event], snapshots: dict | None = None) -> dict:
     return out
 
 
+def with_prediction(c: Cause, compared: dict) -> Cause:
+    """A capacity cause names the term that dominates guard's prediction for the rank."""
+    comps = compared["predicted_components"]
+    top = compared["dominant"]
+    return replace(c, why=f"{c.why}; guard predicts {_gib(compared['predicted_peak_bytes'])} on this rank, the "
+                          f"largest term {top} ({_gib(comps[top])})")
+
+
 def write_json(report: dict, out: TextIO) -> None:
     json.dump(report, out, indent=2)
     out.write("\n")
@@ -41,6 +58,15 @@ def write_json(report: dict, out: TextIO) -> None:
 
 def _gib(n) -> str:
     return "?" if n is None else f"{n / GIB:.2f} GiB"
+
+
+def _amount(n: int, unit: str) -> str:
+    return f"{n:,} parameters" if unit == "parameters" else _gib(n)
+
+
+def _job_from(report: dict) -> str:
+    job = report.get("job_from")
+    return f" (read from {job})" if job else ""
 
 
 def write_text(report: dict, out: TextIO) -> None:
@@ -59,10 +85,13 @@ def write_text(report: dict, out: TextIO) -> None:
                       f"unallocated {_gib(e['reserved_unallocated_bytes'])}\n")
     located = [r for r in report["ranks"] if "pp_rank" in r]
     if located:
-        out.write("\nthe failed ranks in the job:\n")
+        out.write(f"\nthe failed ranks in the job{_job_from(report)}:\n")
         for r in located:
             out.write(f"  rank {r['rank']}: TP {r['tp_rank']}, PP {r['pp_rank']}, DP {r['dp_rank']}; guard predicts "
                       f"{_gib(r['predicted_peak_bytes'])} there, most of it {r['dominant']}\n")
+            for row in r.get("observed", []):
+                out.write(f"    {row['what']}: guard {_amount(row['predicted'], row['unit'])}, the log "
+                          f"{_amount(row['observed'], row['unit'])} ({row['where']})\n")
     out.write("\nwhat to change:\n")
     for fix in report["suggestions"]:
         ranks = ", ".join("?" if r is None else str(r) for r in fix["ranks"])
@@ -70,6 +99,10 @@ def write_text(report: dict, out: TextIO) -> None:
     for n, fit in enumerate(report.get("layouts_that_fit") or [], 1):
         out.write(f"  layout {n} that fits (guard plan): {fit['changes']}: peak {_gib(fit['peak_bytes'])}, "
                   f"{fit['step_time_s']:.2f} s/step\n")
+        if fit.get("flags"):
+            out.write("    append to the Megatron command: " + " ".join(fit["flags"]) + "\n")
+        if fit.get("diff"):
+            out.write("".join("    " + line for line in fit["diff"].splitlines(keepends=True)))
     for path, summary in (report.get("snapshots") or {}).items():
         out.write(f"\nsnapshot {path}: reserved {_gib(summary['reserved'])}, allocated {_gib(summary['allocated'])}"
                   f" ({summary['fragmentation']:.0%} of reserved not allocated)\n")

@@ -52,6 +52,7 @@ class Summary:
     allocated: int = 0
     by_category: dict[str, int] = field(default_factory=dict)
     largest: list[tuple[int, str]] = field(default_factory=list)  # (bytes, where)
+    expandable_segments: bool = False  # allocator_settings of the snapshot
 
     @property
     def fragmentation(self) -> float:
@@ -71,6 +72,8 @@ def _category(frames: list) -> tuple[str, str]:
 
 def summarise(data: dict, device: int | None = None) -> Summary:
     out = Summary()
+    settings = data.get("allocator_settings")
+    out.expandable_segments = isinstance(settings, dict) and settings.get("expandable_segments") is True
     blocks = []
     for segment in data.get("segments", []):
         if not isinstance(segment, dict) or (device is not None and segment.get("device") != device):

@@ -1,33 +1,61 @@
-"""When the job is known too (the inputs of guard estimate): each failed rank's coordinates, guard's prediction
-for it beside what the log saw, and the planner's layouts that fit the GPU the log reports."""
+"""When the job is known (the inputs of guard estimate, or the arguments Megatron printed in the log): each failed
+rank's coordinates and guard's prediction beside what the log saw, and the planner's layouts that fit the GPU
+the log reports, written as flags or a config diff."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from guard.diagnose.compare import RankComparison, compare
 from guard.diagnose.events import Event
+from guard.diagnose.memory_lines import Reading
+from guard.diagnose.printed_args import PrintedArgs
 
 
-def rank_rows(job, events: list[Event]) -> dict[int, dict]:
-    """rank -> coordinates, predicted peak and its dominating term, for the ranks the events name."""
+class LogJobError(ValueError):
+    """The printed arguments do not make a job guard can price (one line)."""
+
+
+def source_from_printed(printed: PrintedArgs, settings):
+    """The job the printed arguments describe, read as the command line that gave them."""
+    from guard.diagnose.printed_args import command_line
+    from guard.job.from_inputs import JobSource
+    from guard.job.from_megatron import read_megatron
+    from guard.job.training_job import IncompleteJob
+    from guard.megatron.from_script import job_from_argv
+
+    text = command_line(printed)
+    if printed.world_size and not settings.world_size:
+        settings.world_size = printed.world_size
+    label = f"{printed.source}:{printed.line} (the arguments Megatron printed)"
+    cmd = job_from_argv(text, label, settings)
+    if cmd is None:
+        raise LogJobError(f"{label}: no Megatron command line in them")
+    source = JobSource(read_megatron(cmd, None, printed.padded_vocab_size), cmd, text)
+    try:
+        source.job.require()
+    except IncompleteJob as err:
+        raise LogJobError(f"{label}: {err}") from None
+    return source
+
+
+def comparisons(job, events: list[Event], readings: list[Reading]) -> list[RankComparison]:
+    """One per failed rank that lies in the job's world."""
     from guard.memory.estimate import estimate
 
     result = estimate(job)
-    by_stage = {st.pp_rank: st for st in result.stages}
-    out = {}
-    for rank in sorted({e.rank for e in events if e.rank is not None}):
-        if job.layout.world and rank >= job.layout.world:
-            continue
-        coords = job.layout.coordinates(rank)
-        stage = by_stage[coords["pp_rank"]]
-        comps = stage.components
-        out[rank] = {**coords, "predicted_peak_bytes": stage.peak_bytes, "dominant": max(comps, key=comps.get)}
-    return out
+    world = job.layout.world
+    ranks = sorted({e.rank for e in events if e.rank is not None and (not world or e.rank < world)})
+    return [compare(result, rank, events, readings) for rank in ranks]
 
 
-def layouts_that_fit(job, events: list[Event], gpu_name: str | None, verify=None, top: int = 3) -> list[dict]:
-    """The planner's fastest layouts for the same world and global batch on the GPU size the log reports."""
+def layouts_that_fit(source, events: list[Event], gpu_name: str | None, verify=None, top: int = 3,
+                     diff: bool = True) -> list[dict]:
+    """The planner's fastest layouts for the same world and global batch on the GPU size the log reports, each
+    with the change written into the user's own files (flags and a diff; never saved). `diff=False` when the
+    job came from the log: there is no file of the user's to show a diff of."""
     from guard.memory import catalog
+    from guard.plan.rewrite import write_candidate
     from guard.plan.search import plan
 
     totals = [e.oom.total for e in events if e.oom.total]
@@ -38,13 +66,19 @@ def layouts_that_fit(job, events: list[Event], gpu_name: str | None, verify=None
     except ValueError:
         gpu = catalog.lookup("H100-SXM")
     gpu = replace(gpu, usable_bytes=min(totals), usable_note="the total the out-of-memory message reports")
-    result = plan(job, gpu, top=top, verify=verify)
-    return [{"layout": c.knobs.describe(), "peak_bytes": c.peak_bytes, "step_time_s": c.time.seconds,
-             "changes": _change(job, c)} for c in result.candidates]
+    result = plan(source.job, gpu, top=top, verify=verify)
+    out = []
+    for cand in result.candidates:
+        written = write_candidate(source, cand.job)
+        out.append({"layout": cand.knobs.describe(), "peak_bytes": cand.peak_bytes, "step_time_s": cand.time.seconds,
+                    "changes": _change(source.job, cand), "flags": written.flags,
+                    "diff": written.diff if diff else "",
+                    "refused": [r.describe() for r in written.refused]})
+    return out
 
 
 def _change(job, cand) -> str:
-    """The change in words a user can apply: the flags (Megatron) or the keys (DeepSpeed) that differ."""
+    """The change in words: the knobs that differ from the job's."""
     from guard.plan.space import changed, knobs_of
 
     names = sorted(changed(cand.knobs, knobs_of(job)))
@@ -54,4 +88,7 @@ def _change(job, cand) -> str:
               "recompute": f"recompute {k.recompute}", "offload": f"offload {k.offload_optimizer}",
               "sharding": f"ZeRO {k.zero_stage}" if k.zero_stage else
               f"distributed optimizer {'on' if k.distributed_optimizer else 'off'}"}
-    return ", ".join(values[n] for n in names) or "no change"
+    words = [values[n] for n in names]
+    if k.layout.sequence_parallel != job.layout.sequence_parallel and (k.layout.tp or 1) > 1:
+        words.append(f"sequence parallel {'on' if k.layout.sequence_parallel else 'off'}")
+    return ", ".join(words) or "no change"
