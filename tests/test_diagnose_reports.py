@@ -240,6 +240,14 @@ def test_fragmentation_with_expandable_segments_already_on(tmp_path):
         fixes[path] = suggestion["fix"]
     assert fixes[plain].startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     assert "already on" in fixes[on]
+    # or a snapshot's allocator settings say so
+    import pickle
+
+    snap = tmp_path / "snapshot.pickle"
+    snap.write_bytes(pickle.dumps({"segments": [], "allocator_settings": {"expandable_segments": True}}))
+    code, out, err = run_guard("diagnose", str(plain), "--snapshot", str(snap), "--format", "markdown")
+    assert code == 0, err
+    assert "expandable_segments is already on" in out and f"## Snapshot `{snap}`" in out
 
 
 PIECES = ["------------------------ arguments ------------------------", "  num_layers ........ 4",

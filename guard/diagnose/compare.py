@@ -45,7 +45,7 @@ class RankComparison:
 
 def compare(estimate, rank: int, events: list[Event], readings: list[Reading]) -> RankComparison:
     """The rank's prediction and every observation of it (or of a rank with the same prediction: Megatron
-    reports on one DP rank of each pipeline stage)."""
+    reports on one DP rank of each pipeline stage). `readings`: one per kind and rank (LogScan keeps those)."""
     layout = estimate.setup.layout
     coords = layout.coordinates(rank)
     stage = next(st for st in estimate.stages if st.pp_rank == coords["pp_rank"])
@@ -53,7 +53,7 @@ def compare(estimate, rank: int, events: list[Event], readings: list[Reading]) -
     out = RankComparison(rank, coords, comps, stage.peak_bytes)
     static = sum(comps[k] for k in STATE_TERMS) + comps["buffers"]
     same_stage = {r for r in range(layout.world or 0) if layout.coordinates(r)["pp_rank"] == coords["pp_rank"]}
-    for r in _one_per_rank(readings):
+    for r in readings:
         where = f"{r.source}:{r.line}"
         label = r.label if r.rank in (rank, None) else f"rank {r.rank}, {r.label}"
         if r.kind == "megatron-params" and r.pp_rank == coords["pp_rank"] and r.tp_rank == coords["tp_rank"]:
@@ -72,18 +72,6 @@ def compare(estimate, rank: int, events: list[Event], readings: list[Reading]) -
             out.rows.append(Row("needed at the OOM (allocated + requested, a floor)", stage.peak_bytes,
                                 o.allocated + o.requested, where=f"{e.source}:{e.line}"))
     return out
-
-
-def _one_per_rank(readings: list[Reading]) -> list[Reading]:
-    """The reading that says most of each kind and rank: Megatron's peaks only grow, so its last report; DeepSpeed
-    and the summary tables reset or restart theirs, so the highest peak; every parameter count."""
-    best: dict[tuple, Reading] = {}
-    for r in readings:
-        key = (r.kind, r.rank, r.tp_rank, r.pp_rank, r.label if r.kind.startswith("megatron-") else "")
-        held = best.get(key)
-        if held is None or r.kind == "megatron" or (r.max_allocated or 0) > (held.max_allocated or 0):
-            best[key] = r
-    return list(best.values())
 
 
 def as_dict(c: RankComparison) -> dict:

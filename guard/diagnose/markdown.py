@@ -44,6 +44,12 @@ def write_markdown(report: dict, out: TextIO) -> None:
             out.write("\n```bash\n" + " ".join(fit["flags"]) + "\n```\n")
         if fit.get("diff"):
             out.write("\n```diff\n" + fit["diff"] + "```\n")
+    for path, summary in (report.get("snapshots") or {}).items():
+        out.write(f"\n## Snapshot `{path}`\n\nReserved {_gib(summary['reserved'])}, allocated "
+                  f"{_gib(summary['allocated'])} ({summary['fragmentation']:.0%} of reserved not allocated).\n\n"
+                  "| category | allocated |\n|---|---:|\n")
+        for name, size in sorted(summary["by_category"].items(), key=lambda kv: -kv[1]):
+            out.write(f"| {name} | {_gib(size)} |\n")
 
 
 def _cell(value) -> str:

@@ -52,6 +52,17 @@ class Reading:
     line: int = 0
 
 
+def key(r: Reading) -> tuple:
+    """Readings with the same key report the same thing again (a later iteration, another print)."""
+    return (r.kind, r.rank, r.tp_rank, r.pp_rank, r.label if r.kind.startswith("megatron-") else "")
+
+
+def says_more(new: Reading, held: Reading) -> bool:
+    """Whether `new` replaces `held` (same key): Megatron's peaks only grow, so its last report; DeepSpeed and
+    the summary tables reset or restart theirs, so the highest peak."""
+    return new.kind == "megatron" or (new.max_allocated or 0) > (held.max_allocated or 0)
+
+
 def _mb(text: str | None) -> int | None:
     return None if text is None else round(float(text) * MB)
 

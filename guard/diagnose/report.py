@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TextIO
-
 from dataclasses import replace
+from typing import TextIO
 
 from guard.diagnose.causes import Cause, cause
 from guard.diagnose.events import Event

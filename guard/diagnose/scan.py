@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from guard.diagnose.events import Event, events, mark_phase
 from guard.diagnose.log_lines import LogLine, blocks, strip_prefix
-from guard.diagnose.memory_lines import Reading, reading
+from guard.diagnose.memory_lines import Reading, key, reading, says_more
 from guard.diagnose.printed_args import ArgsReader, PrintedArgs
 from guard.diagnose.summary_table import Tables
 
@@ -26,10 +26,11 @@ PHASE_LOOKBACK = 64  # lines at the end of a skipped block searched for the phas
 
 @dataclass
 class LogScan:
-    """What the logs fed to it say: OOM events, memory readings (in log order), the printed arguments."""
+    """What the logs fed to it say: OOM events, memory readings (the latest or highest of each kind and rank),
+    the printed arguments."""
 
     events: list[Event] = field(default_factory=list)
-    readings: list[Reading] = field(default_factory=list)
+    kept: dict[tuple, Reading] = field(default_factory=dict)  # one reading per kind and rank (memory_lines.key)
     phase: dict[int | None, str] = field(default_factory=dict)  # rank -> what it was doing (None: any rank)
     previous: dict[int | None, str] = field(default_factory=dict)  # rank -> its last line (DeepSpeed's message)
     tables: Tables = field(default_factory=Tables)
@@ -42,6 +43,17 @@ class LogScan:
         return self.args.open or bool(self.tables.open)
 
     @property
+    def readings(self) -> list[Reading]:
+        """The reading that says most of each kind and rank, in the order first seen (a log that reports every
+        iteration keeps one per rank, not millions)."""
+        return list(self.kept.values())
+
+    def keep(self, found: Reading) -> None:
+        held = self.kept.get(key(found))
+        if held is None or says_more(found, held):
+            self.kept[key(found)] = found
+
+    @property
     def printed_args(self) -> PrintedArgs | None:
         return self.args.result()
 
@@ -50,12 +62,12 @@ class LogScan:
         self.args.feed(line.path, line.number, line.text)
         done = self.tables.feed(line.path, line.number, line.rank, line.text)
         if done is not None:
-            self.readings.append(done)
+            self.keep(done)
         found = reading(line.text, self.previous.get(line.rank, ""))
         if found is not None:
             found.source, found.line = line.path, line.number
             found.rank = line.rank if found.rank is None else found.rank
-            self.readings.append(found)
+            self.keep(found)
         self.previous[line.rank] = line.text
         if not self.expandable and EXPANDABLE.search(line.text) and ADVICE not in line.text:
             self.expandable = True
@@ -70,12 +82,14 @@ class LogScan:
 
     def start(self, path: str) -> None:
         """A new file: its phases and tables are its own (one log per rank, or one run after another)."""
-        self.readings += self.tables.close_all()
+        for table in self.tables.close_all():
+            self.keep(table)
         self.phase.clear()
         self.previous.clear()
 
     def finish(self) -> LogScan:
-        self.readings += self.tables.close_all()
+        for table in self.tables.close_all():
+            self.keep(table)
         return self
 
 
