@@ -122,13 +122,14 @@ class Checker:
     def _run_megatron(self, cmd) -> list[Diagnostic]:
         from guard.job.from_megatron import read_megatron
         from guard.rules.megatron_context import MegatronCheck
+        from guard.rules.unknown_program import soften
 
         check = MegatronCheck(cmd, read_megatron(cmd), self.settings.gpu, self.settings.gpu_memory)
         self.jobs.append(check.job)
         for registered in CHECKS:
             if registered.target == "megatron" and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(check)
-        return check.diagnostics
+        return soften(cmd, check.diagnostics)
 
     def _check_heredoc(self, heredoc) -> list[Diagnostic]:
         """A DeepSpeed config written by `cat <<EOF > ds_config.json`: lint it, located in the script."""

@@ -37,6 +37,9 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--megatron-version", default=None, metavar="REF",
                         help="Megatron flag table to read command lines with (default: main for Megatron-LM, "
                              "Megatron-DeepSpeed's when the command uses --deepspeed/--zero-stage)")
+    parser.add_argument("--megatron-source", default=None, metavar="PATH",
+                        help="the Megatron checkout the job runs (a fork): its own flags, choices and defaults "
+                             "judge the command (default: the checkout a script's program path lies in)")
     parser.add_argument("--config", default=None, metavar="PYPROJECT",
                         help="read [tool.guard] from this file instead of the nearest pyproject.toml")
     parser.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml")
@@ -65,6 +68,14 @@ def job_settings(args: argparse.Namespace, command: str) -> Settings:
             choose_gpu(settings.gpu, settings.gpu_memory)
         except ValueError as err:
             raise UsageError(f"guard {command}: --gpu/--gpu-memory: {err}") from None
+    settings.megatron_source = args.megatron_source or settings.megatron_source
+    if settings.megatron_source:
+        from guard.megatron.source_tables import checkout_root
+
+        where = Path(settings.megatron_source)
+        if not where.is_dir() or checkout_root(where) != where.resolve():
+            raise UsageError(f"guard {command}: --megatron-source: {settings.megatron_source}: not a Megatron "
+                             "checkout (no megatron/training/arguments.py or megatron/arguments.py in it)")
     version = args.megatron_version or settings.megatron_version
     if version:
         from guard.megatron.flag_table import resolve_version

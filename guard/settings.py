@@ -30,6 +30,7 @@ class Settings:
     force_world_size: bool = False  # the user's world size wins over the launcher's
     gpus_per_node: int | None = None
     megatron_version: str | None = None  # a vendored flag table (None: detect the flavour, newest)
+    megatron_source: str | None = None  # a Megatron checkout (a fork) whose own flag table judges the commands
     gpu: str | None = None  # a GPU catalog name or a size ("80GiB"): enables the out-of-memory check
     gpu_memory: str | None = None  # usable memory ("80GiB"), alone or overriding the named GPU's
     root: Path = field(default_factory=Path.cwd)
@@ -80,7 +81,7 @@ def load_settings(pyproject: Path | None) -> Settings:
         raise SettingsError(f"{pyproject}: cannot read [tool.guard]: {err}") from None
     settings.root = pyproject.parent
     known = {"select", "ignore", "extend-select", "per-file-ignores", "context",
-             "deepspeed-version", "world-size", "gpus-per-node", "megatron-version", "gpu"}
+             "deepspeed-version", "world-size", "gpus-per-node", "megatron-version", "gpu", "megatron-source"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise SettingsError(f"{pyproject}: unknown [tool.guard] setting(s): {', '.join(unknown)}")
@@ -114,4 +115,6 @@ def load_settings(pyproject: Path | None) -> Settings:
     for key, attr in (("gpu", "gpu"), ("megatron-version", "megatron_version")):
         if table.get(key) is not None:
             setattr(settings, attr, str(table[key]))
+    if table.get("megatron-source") is not None:  # a path relative to the pyproject.toml that names it
+        settings.megatron_source = str((pyproject.parent / str(table["megatron-source"])).resolve())
     return settings

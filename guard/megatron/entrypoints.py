@@ -30,7 +30,7 @@ def entry_scripts(root: Path) -> list[Path]:
     """Python files outside the library that pass an extra_args_provider."""
     out = []
     for path, text in python_sources(root, SKIP_DIRS):
-        if MARKER + "=" in text.replace(" ", ""):
+        if MARKER + "=" in text.replace(" ", "") or "initialize_megatron(" in text:  # or passed positionally
             out.append(path)
     return out
 
@@ -40,6 +40,14 @@ def _providers(tree: cst.Module) -> list[str]:
     names: list[str] = []
 
     class Visit(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            # initialize_megatron(extra_args_provider=None, args_defaults={}, ...) called positionally
+            if (dotted(node.func) or "").endswith("initialize_megatron") and node.args and \
+                    node.args[0].keyword is None:
+                name = dotted(node.args[0].value)
+                if name and name != "None" and name not in names:
+                    names.append(name)
+
         def visit_Arg(self, node: cst.Arg) -> None:
             if node.keyword is not None and node.keyword.value == MARKER:
                 values = [node.value]
@@ -58,29 +66,39 @@ def extract_entrypoints(root: Path, packages: dict[str, Path] | None = None) -> 
     """relative script path -> {"providers": [...], "flags": [...]} for every entry script found."""
     out: dict[str, dict[str, Any]] = {}
     for path in entry_scripts(root):
+        found = entrypoint_flags(root, path, packages)
+        if found is not None:
+            out[path.relative_to(root).as_posix()] = found
+    return out
+
+
+def entrypoint_flags(root: Path, path: Path, packages: dict[str, Path] | None = None,
+                     search: list[Path] | None = None) -> dict[str, Any] | None:
+    """{"providers", "flags", "notes"} of one entry script (inside the checkout or beside it, its imports
+    found in its own folder and `search`), or None when it adds no flags."""
+    tree = SourceTree(root, packages)
+    tree.script_dirs += [path.parent, *(search or [])]
+    try:
         rel = path.relative_to(root)
         module = ".".join(rel.with_suffix("").parts)
-        tree = SourceTree(root, packages)
-        tree.script_dirs.append(path.parent)
-        parsed = tree.module(module)
-        if parsed is None:
+    except ValueError:  # a program outside the checkout (Pai-Megatron-Patch's examples/): found by its folder
+        rel, module = Path(path.name), path.stem
+    parsed = tree.module(module)
+    providers = _providers(parsed) if parsed is not None else []
+    if not providers:
+        return None
+    extractor = FlagExtractor(tree, module)
+    for name in providers:
+        found = tree.resolve(module, name, cst.FunctionDef)
+        if found is None:
+            extractor.out.notes.append(f"{rel.as_posix()}: extra_args_provider {name} not found")
             continue
-        providers = _providers(parsed)
-        if not providers:
-            continue
-        extractor = FlagExtractor(tree, module)
-        for name in providers:
-            found = tree.resolve(module, name, cst.FunctionDef)
-            if found is None:
-                extractor.out.notes.append(f"{rel}: extra_args_provider {name} not found")
-                continue
-            extractor._stack.append(name)
-            extractor._walk_function(found.module, found.node, {}, None, [Binding("parser")])
-            extractor._stack.pop()
-        if extractor.out.flags:
-            out[rel.as_posix()] = {"providers": providers, "flags": extractor.out.flags,
-                                   "notes": extractor.out.notes}
-    return out
+        extractor._stack.append(name)
+        extractor._walk_function(found.module, found.node, {}, None, [Binding("parser")])
+        extractor._stack.pop()
+    if not extractor.out.flags:
+        return None
+    return {"providers": providers, "flags": extractor.out.flags, "notes": extractor.out.notes}
 
 
 def known_programs(root: Path) -> list[str]:
@@ -98,7 +116,16 @@ def _defaults_in(tree: cst.Module, rel: str, notes: list[str]) -> dict[str, Any]
     found: dict[str, Any] = {}
     conflicting: set[str] = set()
 
+    named = _dict_literals(tree)
+
     class Visit(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            # initialize_megatron(provider, args_defaults): the second positional, a dict bound by name
+            if (dotted(node.func) or "").endswith("initialize_megatron") and len(node.args) > 1 and \
+                    node.args[1].keyword is None and isinstance(node.args[1].value, cst.Name):
+                self.visit_Arg(cst.Arg(named.get(node.args[1].value.value, node.args[1].value),
+                                       keyword=cst.Name(DEFAULTS_KEYWORD)))
+
         def visit_Arg(self, node: cst.Arg) -> None:
             if node.keyword is None or node.keyword.value != DEFAULTS_KEYWORD:
                 return
@@ -121,6 +148,20 @@ def _defaults_in(tree: cst.Module, rel: str, notes: list[str]) -> dict[str, Any]
 
     tree.visit(Visit())
     return {k: v for k, v in found.items() if k not in conflicting}
+
+
+def _dict_literals(tree: cst.Module) -> dict[str, cst.Dict]:
+    """Names assigned a dict literal anywhere in the file (`args_defaults = {...}` before the call)."""
+    out: dict[str, cst.Dict] = {}
+
+    class Visit(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and \
+                    isinstance(node.value, cst.Dict):
+                out[node.targets[0].target.value] = node.value
+
+    tree.visit(Visit())
+    return out
 
 
 def _run_path_targets(tree: cst.Module) -> list[str]:
@@ -150,6 +191,16 @@ def _strings(node: cst.CSTNode) -> list[str]:
 
     node.visit(Visit())
     return out
+
+
+def program_defaults_of(path: Path) -> dict[str, Any]:
+    """The `args_defaults` one script hands Megatron ({} when it hands none or cannot be read)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        wanted = DEFAULTS_KEYWORD in text or "initialize_megatron" in text
+        return _defaults_in(cst.parse_module(text), path.name, []) if wanted else {}
+    except (OSError, cst.ParserSyntaxError):
+        return {}
 
 
 def extract_program_defaults(root: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:

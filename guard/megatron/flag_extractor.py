@@ -14,6 +14,8 @@ from guard.megatron.source_tree import SourceTree
 
 ARGUMENT_FILES = ("megatron/training/arguments.py", "megatron/arguments.py")
 ENTRY_FUNCTIONS = ("parse_args",)
+BUILTIN_CALLS = frozenset({"int", "float", "str", "bool", "len", "list", "dict", "tuple", "set", "min", "max",
+                           "print", "os", "getattr", "isinstance", "sorted", "range", "type"})
 
 
 @dataclass
@@ -143,7 +145,7 @@ class FlagExtractor:
         if not any(p is not None and p.kind in ("parser", "group") for p in passed):
             if name.endswith("ArgumentParser"):
                 return Binding("parser", title="")
-            return None
+            return self._parser_builder(module, name, imports)
         found = self.tree.resolve(module, name, cst.FunctionDef, imports)
         if found is None:
             self.out.notes.append(f"{module}: call {name}(parser) not followed (source not found)")
@@ -151,6 +153,17 @@ class FlagExtractor:
         self._walk_function(found.module, found.node, {}, None, passed)
         # `parser = _add_x_args(parser)` keeps the parser bound
         return next((p for p in passed if p is not None and p.kind == "parser"), None)
+
+    def _parser_builder(self, module: str, name: str, imports: dict[str, str]) -> Binding | None:
+        """`parser = build_base_parser()`: a function of the checkout that makes the parser and returns it
+        (Megatron of 2023 and its forks); its flags are read and the result is the parser."""
+        if name.split(".")[0] in BUILTIN_CALLS:
+            return None
+        found = self.tree.resolve(module, name, cst.FunctionDef, imports)
+        if found is None or "ArgumentParser(" not in code(found.node):
+            return None
+        self._walk_function(found.module, found.node, {}, None, [])
+        return Binding("parser", title="")
 
     def _method(self, module: str, receiver: Binding, method: str, node: cst.Call,
                 env: dict[str, Binding], imports: dict[str, str], condition: str | None

@@ -41,13 +41,27 @@ class ScriptResult:
 
 
 
-def choose_table(words: list[str], settings: Settings, program: str = "") -> flag_table.FlagTable:
+def choose_table(words: list[str], settings: Settings, program: str = "", script: str = "",
+                 pythonpath: str | None = None) -> flag_table.FlagTable:
+    """--megatron-version; else the checkout the job runs (--megatron-source, or found from the program's path
+    or PYTHONPATH); else the newest vendored table of the flavour the flags show."""
     if settings.megatron_version:
         return flag_table.for_program(settings.megatron_version, program)
+    from guard.megatron.source_tables import table_from_source
+
+    source = table_from_source(settings.megatron_source, program, script, pythonpath)
+    if source is not None:
+        return source
     names = {w.split("=")[0] for w in words}
     if names & DEEPSPEED_MARKERS:
         return flag_table.for_program(flag_table.DEFAULT_MEGATRON_DEEPSPEED, program)
-    return flag_table.for_program(flag_table.DEFAULT_MEGATRON_LM, program)
+    newest = flag_table.for_program(flag_table.DEFAULT_MEGATRON_LM, program)
+    if newest.knows_program(program):
+        return newest
+    # an upstream program the newest release dropped (pretrain_bert.py): the newest release that has it
+    upstream = [flag_table.load(ref) for ref in flag_table.available()]
+    having = [t for t in upstream if t.source["repo"] == newest.source["repo"] and t.knows_program(program)]
+    return flag_table.for_program(having[0].ref, program) if having else newest
 
 
 def _megatron_like(words: list[LText]) -> bool:
@@ -96,7 +110,9 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
     tokens = [w.token() for w in launch.args]
     # `$MEGATRON/pretrain_gpt.py`: the literal tail names the program even when the folder is unknown
     program = launch.program.text if launch.program is not None else ""
-    table = choose_table([t.text for t in tokens], settings, program)
+    pythonpath = launch.command.env.get("PYTHONPATH") or script.exports.get("PYTHONPATH", (None,))[0]
+    table = choose_table([t.text for t in tokens], settings, program, path,
+                         pythonpath.text if pythonpath is not None else None)  # `$PYTHONPATH` parts: dropped
     args = parse(tokens, table)
     job_env = dict(env)
     for name, value in launch.command.env.items():  # `VAR=1 torchrun ...` applies to that command only

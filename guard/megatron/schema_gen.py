@@ -33,9 +33,12 @@ def _git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | None = None) -> dict[str, Any]:
+def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | None = None,
+                programs: list | None = None) -> dict[str, Any]:
+    """The table of a checkout. `programs=[]`: the library's flags only (guard/megatron/source_tables.py adds
+    the one program a script runs), without reading every entry script of the tree."""
     root = Path(root)
-    flavour = "megatron-deepspeed" if (root / "megatron" / "arguments.py").is_file() else "megatron-lm"
+    flavour = _flavour(root)
     packages: dict[str, Path] = {}
     deepspeed_version = None
     if flavour == "megatron-deepspeed":
@@ -44,15 +47,17 @@ def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | 
             packages["deepspeed"] = where
             deepspeed_version = _installed_version("deepspeed")
     extraction = extract(root, packages)
-    module = "megatron.arguments" if flavour == "megatron-deepspeed" else "megatron.training.arguments"
+    module = "megatron.training.arguments" if (root / "megatron" / "training" / "arguments.py").is_file() \
+        else "megatron.arguments"
     messages = validate_args_messages(SourceTree(root), module)
     flags = extraction.flags
     for flag in flags:
         for option in flag["option_strings"]:
             if option in messages:
                 flag["deprecated"] = messages[option]
-    entrypoints = extract_entrypoints(root, packages)
-    program_defaults, defaults_notes = extract_program_defaults(root)
+    scan = programs is None
+    entrypoints = extract_entrypoints(root, packages) if scan else {}
+    program_defaults, defaults_notes = extract_program_defaults(root) if scan else ({}, [])
     seen = {o for f in flags for o in f["option_strings"]}
     orphans = {k: v for k, v in messages.items() if k not in seen}
     return {
@@ -73,6 +78,15 @@ def build_table(root: Path, *, ref: str, commit: str | None = None, repo: str | 
         "program_defaults": program_defaults,
         "notes": extraction.notes + [n for e in entrypoints.values() for n in e["notes"]] + defaults_notes,
     }
+
+
+def _flavour(root: Path) -> str:
+    """Megatron-DeepSpeed when its arguments.py hands the parser to DeepSpeed; Megatron-LM of 2023 and its
+    forks keep megatron/arguments.py too (megatron/training/ came with core_r0.6)."""
+    old = root / "megatron" / "arguments.py"
+    if old.is_file() and "deepspeed" in old.read_bytes().decode("utf-8", "replace"):
+        return "megatron-deepspeed"
+    return "megatron-lm"
 
 
 def _installed_version(dist: str) -> str | None:

@@ -40,7 +40,7 @@ class SourceTree:
     def module(self, name: str) -> cst.Module | None:
         if name not in self._parsed:
             path = self.file_for(name)
-            self._parsed[name] = cst.parse_module(path.read_text(encoding="utf-8")) if path else None
+            self._parsed[name] = _parse(path) if path else None
         return self._parsed[name]
 
     def is_package(self, module: str) -> bool:
@@ -133,3 +133,12 @@ def _flatten(body: list[cst.CSTNode]) -> list[cst.CSTNode]:
             for handler in getattr(stmt, "handlers", ()):
                 out.extend(_flatten(list(handler.body.body)))
     return out
+
+
+def _parse(path: Path) -> cst.Module | None:
+    """A module from its bytes (libcst honours a `# -*- coding: ...` line; forks ship latin-1 files); None
+    when it does not parse (a fork's broken or Python 2 file must not stop the others being read)."""
+    try:
+        return cst.parse_module(path.read_bytes())
+    except (cst.ParserSyntaxError, UnicodeDecodeError, LookupError):
+        return None

@@ -23,15 +23,19 @@ UNKNOWN = rule(
 )
 
 UNKNOWN_CUSTOM = rule(
-    "MLM011", "unknown-flag-custom-program", "warning",
-    "A flag Megatron does not define, given to a program guard does not know (it may add the flag).",
-    what="Like MLM001, for programs that are not one of Megatron's entry scripts "
-         "(`pretrain_qwen.py` of a downstream project): their `extra_args_provider` can define "
-         "more flags, so an unknown flag is a warning, still with the closest Megatron flag.",
-    why="Downstream projects (Pai-Megatron-Patch, NeMo wrappers) add flags, but a typo of a "
-        "Megatron flag still stops every rank with 'unrecognized arguments'.",
+    "MLM011", "unknown-program", "info",
+    "A program that is not an entry point of the Megatron guard judges with (a fork's or a downstream "
+    "project's), with the flags that Megatron does not define.",
+    what="Once per command whose program (`pretrain_yuan.py`, `pretrain_qwen.py`, a fork's `finetune.py`) "
+         "is not one of the selected Megatron's entry scripts, and no --megatron-source gives its checkout: "
+         "lists the flags upstream does not define (the program or its fork may define them) with the "
+         "closest upstream flag. guard's other Megatron findings on that command are lowered to info, "
+         "because the fork's own parser and validate_args may judge them otherwise.",
+    why="Forks (Yuan, Megatron-LLaMA, epfLLM, Pai-Megatron-Patch) add flags, choices and checks of their own; "
+        "judged against upstream, their scripts drew dozens of false errors. A typo of a Megatron flag "
+        "still stops every rank with 'unrecognized arguments', so the list stays visible.",
     example="pretrain_qwen.py --tensor-model-paralel-size 2",
-    use_instead="pretrain_qwen.py --tensor-model-parallel-size 2",
+    use_instead="guard check --megatron-source /path/to/the/fork train.sh",
 )
 
 MISSING_VALUE = rule(
@@ -144,6 +148,7 @@ def parse_problems(job: MegatronJob) -> None:
     tokens = job.args.tokens
     # a stray word right after a switch is a value meant for it (`--bf16 true`)
     after_switch = {id(tokens[i + 1]): tok.text for i, tok in enumerate(tokens[:-1]) if id(tok) in switch_ids}
+    custom: list[str] = []  # flags upstream lacks, given to a program it does not know
     for problem in job.args.problems:
         tok = problem.token
         if problem.kind == "unknown":
@@ -156,8 +161,7 @@ def parse_problems(job: MegatronJob) -> None:
             if job.table.knows_program(job.program):
                 job.report_at(UNKNOWN, tok.span, name, message, help=hint, path=tok.path or None)
             else:
-                job.report_at(UNKNOWN_CUSTOM, tok.span, name, f"{message}; {job.program} may define it "
-                              "itself (extra_args_provider)", help=hint, path=tok.path or None)
+                custom.append(name + (f" ({hint})" if hint else ""))
         elif problem.kind == "missing-value":
             job.report_at(MISSING_VALUE, tok.span, tok.text, problem.message, path=tok.path or None)
         elif problem.kind in ("bad-type", "bad-choice"):
@@ -184,6 +188,8 @@ def parse_problems(job: MegatronJob) -> None:
         elif problem.kind == "unresolved":
             job.report_at(UNRESOLVED, tok.span, None, f"{tok.describe()!r} is not known statically; "
                           "flags it may hold are not checked", path=tok.path or None)
+    if not job.table.knows_program(job.program):
+        _unknown_program(job, custom)
     for occ in job.args.occurrences:
         if occ.flag.type not in ("int", "float", "bool") and not occ.flag.choices:
             continue  # paths and names: nothing guard checks depends on them
@@ -192,6 +198,22 @@ def parse_problems(job: MegatronJob) -> None:
                 job.report_at(UNRESOLVED, tok.span, occ.option.text,
                               f"{occ.option.text} {tok.describe()}: the value is not known statically; "
                               "checks that need it are skipped", path=tok.path or None)
+
+
+def _unknown_program(job: MegatronJob, flags: list[str]) -> None:
+    """One info per command: the program is not upstream's, and the flags upstream does not define."""
+    program = job.launch.program if job.launch is not None else None
+    span = program.span() if program is not None else job.anchor
+    listed = f"; flags Megatron {job.table.ref} does not define (it may): {', '.join(flags)}" if flags else ""
+    forks = [ref for ref in flag_table.available() if ref != job.table.ref and
+             flag_table.load(ref).knows_program(job.program) and job.program.endswith(tuple(
+                 flag_table.load(ref).data.get("programs", [])))]
+    vendored = f"; or --megatron-version {' / '.join(forks)}, a vendored table that runs it" if forks else ""
+    job.report_at(UNKNOWN_CUSTOM, span, None,
+                  f"{job.program} is not an entry point of Megatron {job.table.ref}: upstream's judgements "
+                  f"of this command are shown as info{listed}",
+                  help="give the checkout it runs: --megatron-source PATH (or [tool.guard] megatron-source) "
+                       f"judges it by its own flags, choices and defaults{vendored}")
 
 
 @check(DEPRECATED, REMOVED, REPEATED, BOOL_TYPE, target="megatron")

@@ -1,0 +1,214 @@
+"""A fork's script is judged by the fork's own flags: the checkout a script runs is found (its program beside or
+above the script, PYTHONPATH, --megatron-source, [tool.guard] megatron-source), its flag table extracted and
+cached by content; without it, upstream's judgements of an unknown program are info, once per command."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_guard
+
+# A Megatron of 2023 as the forks keep it: megatron/arguments.py builds the parser in a helper and returns
+# it; the fork adds a flag and a tokenizer; its program adds one more flag and sets a default by position.
+ARGUMENTS = '''
+import argparse
+
+
+def parse_args(extra_args_provider=None, ignore_unknown_args=False):
+    parser = build_base_parser()
+    if extra_args_provider is not None:
+        parser = extra_args_provider(parser)
+    return parser.parse_args()
+
+
+def build_base_parser():
+    parser = argparse.ArgumentParser(description="Megatron-LM Arguments", allow_abbrev=False)
+    parser = _add_network_size_args(parser)
+    parser = _add_training_args(parser)
+    return parser
+
+
+def _add_network_size_args(parser):
+    group = parser.add_argument_group(title="network size")
+    group.add_argument("--num-layers", type=int, default=None)
+    group.add_argument("--hidden-size", type=int, default=None)
+    group.add_argument("--num-attention-heads", type=int, default=None)
+    group.add_argument("--seq-length", type=int, default=None)
+    group.add_argument("--max-position-embeddings", type=int, default=None)
+    group.add_argument("--fork-gate", action="store_true")
+    return parser
+
+
+def _add_training_args(parser):
+    group = parser.add_argument_group(title="training")
+    group.add_argument("--micro-batch-size", type=int, default=None)
+    group.add_argument("--global-batch-size", type=int, default=None)
+    group.add_argument("--tokenizer-type", type=str, default=None,
+                       choices=["GPT2BPETokenizer", "ForkTokenizer"])
+    group.add_argument("--bf16", action="store_true")
+    return parser
+'''
+PROGRAM = '''
+from megatron.initialize import initialize_megatron
+
+
+def extra_args(parser):
+    group = parser.add_argument_group(title="fork program")
+    group.add_argument("--fork-extra", type=int, default=1)
+    return parser
+
+
+if __name__ == "__main__":
+    args_defaults = {"tokenizer_type": "ForkTokenizer"}
+    initialize_megatron(extra_args, args_defaults)
+'''
+COMMAND = ("torchrun --nproc_per_node 8 {program} --num-layers 4 --hidden-size 256 --num-attention-heads 8 "
+           "--seq-length 512 --max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 "
+           "--fork-gate --fork-extra 3 --tokenizer-type ForkTokenizer --bf16\n")
+
+
+@pytest.fixture
+def fork(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "fork"
+    (root / "megatron").mkdir(parents=True)
+    (root / "megatron" / "__init__.py").write_text("")
+    (root / "megatron" / "arguments.py").write_text(textwrap.dedent(ARGUMENTS))
+    (root / "megatron" / "initialize.py").write_text("def initialize_megatron(extra_args_provider=None, "
+                                                     "args_defaults={}):\n    pass\n")
+    (root / "pretrain_fork.py").write_text(textwrap.dedent(PROGRAM))
+    (root / "examples").mkdir()
+    (root / "examples" / "train.sh").write_text(COMMAND.format(program="pretrain_fork.py"))
+    monkeypatch.setenv("GUARD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # not the fork: the script is found from its own place
+    return root
+
+
+def _codes(out: str) -> list[tuple[str, str]]:
+    return [(d["code"], d["severity"]) for d in json.loads(out)]
+
+
+def test_the_checkout_a_script_runs_is_found_and_judges_it(fork):
+    code, out, err = run_guard("check", "--isolated", "--format", "json", str(fork / "examples" / "train.sh"))
+    assert code == 0 and _codes(out) == [], out + err
+
+
+def test_a_typo_of_the_forks_own_flag_is_still_an_error(fork):
+    script = fork / "examples" / "train.sh"
+    script.write_text(script.read_text().replace("--fork-gate", "--fork-gat"))
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(script))
+    found = json.loads(out)
+    assert code == 1 and [(d["code"], d["severity"]) for d in found] == [("MLM001", "error")]
+    assert "--fork-gat" in found[0]["message"] and "source:fork@" in found[0]["message"]
+
+
+def test_without_the_checkout_upstreams_judgements_are_info_once_per_command(fork, tmp_path):
+    alone = tmp_path / "elsewhere" / "train.sh"
+    alone.parent.mkdir()
+    alone.write_text(COMMAND.format(program="pretrain_fork.py"))
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(alone))
+    found = json.loads(out)
+    assert code == 0 and {d["severity"] for d in found} == {"info"}
+    (unknown,) = [d for d in found if d["code"] == "MLM011"]
+    assert "--fork-gate" in unknown["message"] and "--fork-extra" in unknown["message"]
+    # upstream refuses the fork's tokenizer; the fork accepts it: shown, as info
+    assert any(d["code"] == "MLM003" and "ForkTokenizer" in d["message"] for d in found)
+    # the same command given the fork's checkout: nothing to say
+    code, out, _ = run_guard("check", "--isolated", "--megatron-source", str(fork), "--format", "json", str(alone))
+    assert code == 0 and json.loads(out) == []
+
+
+def test_the_source_from_pyproject_is_relative_to_it(fork, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[tool.guard]\nmegatron-source = "../fork"\n')
+    (project / "train.sh").write_text(COMMAND.format(program="pretrain_fork.py"))
+    code, out, _ = run_guard("check", "--config", str(project / "pyproject.toml"), "--format", "json",
+                             str(project / "train.sh"))
+    assert code == 0 and json.loads(out) == []
+
+
+def test_a_source_that_is_not_a_checkout_is_refused_in_one_line(tmp_path):
+    code, out, err = run_guard("check", "--isolated", "--megatron-source", str(tmp_path), str(tmp_path))
+    assert code == 2 and "not a Megatron checkout" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_checkout_on_pythonpath_is_found(fork, tmp_path):
+    runner = tmp_path / "runner"
+    runner.mkdir()
+    (runner / "pretrain_fork.py").write_text((fork / "pretrain_fork.py").read_text())
+    (runner / "train.sh").write_text(f"export PYTHONPATH={fork}:$PYTHONPATH\n" +
+                                     COMMAND.format(program="pretrain_fork.py"))
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(runner / "train.sh"))
+    assert code == 0 and json.loads(out) == [], out
+
+
+def test_the_table_is_cached_by_the_checkouts_content(fork, monkeypatch):
+    from guard.megatron import schema_gen
+    from guard.megatron.source_tables import table_for_checkout
+
+    program = str(fork / "pretrain_fork.py")
+    first = table_for_checkout(fork, program)
+    assert first.get("--fork-gate") is not None and first.get("--fork-extra") is not None
+    assert first.program_defaults(program) == {"tokenizer_type": "ForkTokenizer"}
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("rebuilt although the checkout did not change")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(schema_gen, "build_table", no_rebuild)
+        assert table_for_checkout(fork, program).ref == first.ref
+    arguments = fork / "megatron" / "arguments.py"
+    arguments.write_text(arguments.read_text().replace('"--fork-gate"', '"--fork-gate-v2"'))
+    changed = table_for_checkout(fork, program)
+    assert changed.ref != first.ref and changed.get("--fork-gate-v2") is not None
+
+
+# A Yuan-2.0 command written from the flags its megatron/arguments.py defines (_add_yuan_args and others);
+# judged with the table guard extracted from IEIT-Yuan/Yuan-2.0 at the commit the table records.
+YUAN = ("torchrun --nproc_per_node 8 pretrain_yuan.py --num-layers 24 --hidden-size 2048 --num-attention-heads 32 "
+        "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 384 "
+        "--use-lf-gate --lf-conv2d-group 1 --lf-conv2d-num-pad 1 --tokenizer-type YuanTokenizer --bf16\n")
+
+
+def test_a_vendored_fork_table_judges_its_own_program(tmp_path):
+    script = tmp_path / "yuan.sh"
+    script.write_text(YUAN)
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(script))
+    upstream = json.loads(out)
+    assert code == 0 and {d["severity"] for d in upstream} == {"info"}
+    assert any(d["code"] == "MLM011" and "--use-lf-gate" in d["message"] for d in upstream)
+    code, out, _ = run_guard("check", "--isolated", "--megatron-version", "yuan", "--format", "json", str(script))
+    assert code == 0 and json.loads(out) == []
+
+
+@pytest.mark.parametrize("ref", ["yuan-2.0-2f59b3f", "megatron-llama-25306de", "epfllm-megatron-llm-806a833"])
+def test_each_vendored_fork_table_records_its_source(ref):
+    from guard.megatron import flag_table
+
+    table = flag_table.load(ref)
+    assert table.source["commit"].startswith(ref.rsplit("-", 1)[1]) and "/" in table.source["repo"]
+    assert table.flavour == "megatron-lm" and len(table.flags) > 150
+
+
+FORKS = Path(os.environ.get("GUARD_FORKS", "/tmp/forks"))
+
+
+@pytest.mark.skipif(not FORKS.is_dir(), reason="no fork checkouts (GUARD_FORKS)")
+@pytest.mark.parametrize(("folder", "ref"), [("IEIT-Yuan+Yuan-2.0", "yuan-2.0-2f59b3f"),
+                                             ("alibaba+Megatron-LLaMA", "megatron-llama-25306de"),
+                                             ("epfLLM+Megatron-LLM", "epfllm-megatron-llm-806a833")])
+def test_the_vendored_fork_tables_are_what_the_extractor_reads_from_the_checkouts(folder, ref):
+    from guard.megatron import flag_table
+    from guard.megatron.schema_gen import build_table
+
+    root = FORKS / folder
+    if not root.is_dir():
+        pytest.skip(f"{root} is absent")
+    vendored = flag_table.load(ref).data
+    built = build_table(root, ref=ref, commit=vendored["source"]["commit"], repo=vendored["source"]["repo"])
+    assert built == json.loads(json.dumps(vendored))
