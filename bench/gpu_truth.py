@@ -10,8 +10,10 @@ median |error|, and the share within 5 % and 10 %. A run guard cannot read is li
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 from guard.job.from_inputs import JobInputs, read_job
@@ -22,15 +24,26 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "research" / "gpu_truth" / "megatron_ci_calibration.jsonl"
 GPT2_VOCAB = 50257  # pretrain_gpt.py's default tokenizer (GPT-2 BPE) with GPT-2's vocab file (the data's README)
 STATES = ("params", "grads", "optimizer", "buffers")
+GPUS = {"H100": "H100-SXM", "A100": "A100-80GB", "GB200": "GB200"}  # the catalog entries of the CI's GPUs
+
+
+def launch_script(run: dict) -> str:
+    """The run as its CI launched it: the case's environment, torchrun over the nodes, pretrain_gpt.py."""
+    per_node = 4 if run["gpu"] == "GB200" else 8
+    args = run["args"] if "--vocab-size" in run["args"] else f"{run['args']} --vocab-size {GPT2_VOCAB}"
+    exports = "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in run["env"].items())
+    return (f"#!/bin/bash\n{exports}torchrun --nproc_per_node {per_node} --nnodes {run['world_size'] // per_node} "
+            f"pretrain_gpt.py {args}\n")
 
 
 def predict(run: dict) -> tuple[float, float]:
     """(peak allocated, allocated after the step) of the last stage, in bytes."""
     settings = Settings()
-    settings.world_size = run["world_size"]
-    settings.gpus_per_node = 4 if run["gpu"] == "GB200" else 8
-    args = run["args"] if "--vocab-size" in run["args"] else f"{run['args']} --vocab-size {GPT2_VOCAB}"
-    job = read_job(JobInputs(megatron_args=args), settings).required()
+    settings.gpu = GPUS[run["gpu"]]
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "run.sh"
+        script.write_text(launch_script(run))
+        job = read_job(JobInputs(paths=[str(script)]), settings).required()
     stage = estimate_stage(job, job.layout.pp - 1)
     peak = stage.peak_bytes - stage.components["runtime"]
     return peak, sum(stage.components[c] for c in STATES)
@@ -45,10 +58,14 @@ def _summary(name: str, errors: list[float]) -> str:
             f"within 10 %: {within(0.10):.0f} % ({len(errors)} runs)")
 
 
+def load_runs() -> list[dict]:
+    return [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+
+
 def main() -> None:
     if not DATA.is_file():
         sys.exit(f"{DATA} is not present")
-    runs = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    runs = load_runs()
     peaks, after = [], []
     print(f"{'case':58} {'gpu':5} {'peak GiB':>8} {'guard':>7} {'err %':>6} {'after GiB':>9} {'guard':>7} {'err %':>6}")
     for run in runs:

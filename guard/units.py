@@ -6,6 +6,7 @@ import re
 
 GIB = 1 << 30  # binary units: what torch.cuda reports and what guard prints
 MIB = 1 << 20
+KIB = 1 << 10
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 

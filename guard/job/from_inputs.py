@@ -46,7 +46,15 @@ def read_job(inputs: JobInputs, settings: Settings) -> TrainingJob:
 
 
 def read_source(inputs: JobInputs, settings: Settings) -> JobSource:
-    """The job with its source (see JobSource)."""
+    """The job with its source (see JobSource), on the GPU the settings name (workspaces depend on it)."""
+    source = _read_source(inputs, settings)
+    if settings.gpu:
+        source.job.gpu = settings.gpu
+        source.job.origins["gpu"] = Origin("settings", "--gpu")
+    return source
+
+
+def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
     from guard.job.from_megatron import read_megatron
 
     arch = _architecture(inputs)

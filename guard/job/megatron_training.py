@@ -5,6 +5,7 @@ from __future__ import annotations
 from guard.job.accounting import account_flags, account_keys
 from guard.job.flag_values import FlagValues
 from guard.job.megatron_program import read_program
+from guard.job.origin import Origin
 
 
 def read_training(fv: FlagValues) -> None:
@@ -28,6 +29,10 @@ def _precision(fv: FlagValues) -> None:
         job.params_dtype, job.grads_dtype = "fp32", "fp32"
         job.origins["params_dtype"] = fv.origin("bf16")
     job.distributed_optimizer = fv.on("use_distributed_optimizer", field="distributed_optimizer")
+    if fv.on("use_megatron_fsdp"):
+        job.fsdp_sharding = str(fv.value("data_parallel_sharding_strategy", field="fsdp_sharding") or "no_shard")
+    if job.distributed_optimizer:
+        job.optimizer_instances = fv.int("num_distributed_optimizer_instances", field="optimizer_instances") or 1
     job.optimizer = "sgd" if fv.value("optimizer", field="optimizer") == "sgd" else "adam"
     job.sgd_momentum = float(fv.value("sgd_momentum") or 0) > 0
     if fv.on("use_precision_aware_optimizer"):
@@ -69,6 +74,9 @@ def _recompute(fv: FlagValues) -> None:
             job.add_unmodelled("recompute of MLA up-projections", "--recompute-modules",
                                fv.origin("recompute_modules"))
     job.distribute_saved_activations = fv.on("distribute_saved_activations")
+    if fv.on("fine_grained_activation_offloading"):
+        modules = fv.value("offload_modules", field="offload_modules") or []
+        job.offload_modules = tuple(modules if isinstance(modules, list) else str(modules).split())
     if fv.on("overlap_moe_expert_parallel_comm"):
         job.add_unmodelled("the extra warm-up microbatch of --overlap-moe-expert-parallel-comm",
                            "--overlap-moe-expert-parallel-comm", fv.origin("overlap_moe_expert_parallel_comm"))
@@ -85,6 +93,15 @@ def _kernels(fv: FlagValues) -> None:
             (cmd.flavour == "megatron-deepspeed" and not flash):
         job.attention = "unfused"
     job.fused_cross_entropy = fv.on("cross_entropy_loss_fusion")
+    # which GEMMs run where: Transformer Engine's linears keep their own cuBLAS workspace (workspaces.py)
+    job.linear_impl = "transformer_engine" if impl in ("transformer_engine", "inference_optimized") else "megatron"
+    job.moe_dispatcher = str(fv.value("moe_token_dispatcher_type") or "allgather")
+    job.moe_grouped_gemm = fv.on("moe_grouped_gemm")
+    workspace = cmd.env_value("CUBLAS_WORKSPACE_CONFIG")
+    if workspace is not None and workspace.value:
+        job.blas_workspace_config = workspace.value
+        job.origins["blas_workspace_config"] = Origin("launcher", "CUBLAS_WORKSPACE_CONFIG", workspace.path,
+                                                      workspace.span.line, workspace.span.col)
 
 
 def _deepspeed(fv: FlagValues) -> None:

@@ -48,6 +48,8 @@ class TrainingJob:
     exp_avg_sq_dtype: str = "fp32"
     # sharding: Megatron's distributed optimizer, or DeepSpeed ZeRO with the keys that choose its code paths
     distributed_optimizer: bool = False
+    fsdp_sharding: str | None = None  # Megatron FSDP --data-parallel-sharding-strategy (None: no Megatron FSDP)
+    optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances: each shards over DP x CP / this
     zero_stage: int = 0
     zero_keys: dict[str, Any] = field(default_factory=dict)  # contiguous_gradients, overlap_comm, ...
     offload_optimizer: str = "none"  # none | cpu | nvme
@@ -62,6 +64,7 @@ class TrainingJob:
     recompute_num_layers: int = 1
     recompute_modules: tuple[str, ...] = ("core_attn",)
     distribute_saved_activations: bool = False
+    offload_modules: tuple[str, ...] = ()  # Megatron --fine-grained-activation-offloading --offload-modules
     attention: str = "flash"  # flash (flash/fused/cuDNN: no s^2 term) | unfused
     eager: bool = False  # eager PyTorch ops (transformers models): unfused norms, rotary, SwiGLU
     mask_bytes: int = 1  # dropout masks: CUDA's fused dropout keeps 1 byte; the CPU path keeps the activation dtype
@@ -71,6 +74,10 @@ class TrainingJob:
     norm_kernel: str = "fused"
     rope_kernel: str = "fused"  # fused (no per-layer copies) | unfused (cos and sin cast copies for Q and for K)
     fused_cross_entropy: bool = False
+    linear_impl: str = "torch"  # torch (nn.Linear) | megatron (its tensor_parallel layers) | transformer_engine
+    moe_dispatcher: str = "allgather"  # Megatron --moe-token-dispatcher-type
+    moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm
+    blas_workspace_config: str | None = None  # CUBLAS_WORKSPACE_CONFIG of the launch (torch's workspace)
     checkpoint_partition: bool = False  # DeepSpeed activation checkpointing: partition_activations
     checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing
     overlap_param_gather: bool = False

@@ -13,6 +13,7 @@ megatron-core 0.16.1 on CPU in tests/fidelity/megatron_activations.py (docs/fide
 from __future__ import annotations
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
+from guard.memory import offload
 
 SELECTIVE_MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts", "mla_up_proj"}
 
@@ -153,16 +154,21 @@ def checkpoint_bytes(setup: TrainingJob) -> float:
 
 def chunk_stored(setup: TrainingJob, layers: tuple[int, ...]) -> tuple[float, float]:
     """(stored bytes, backward recompute working set) of a model chunk for one microbatch."""
-    memo: dict[tuple[bool, bool], float] = {}  # a layer's terms depend only on whether it is MoE
+    memo: dict[tuple[bool, bool], tuple[float, float]] = {}  # a layer's terms depend only on whether it is MoE
 
-    def saved(i: int, recompute: bool = True) -> float:
+    def kept_and_away(i: int, recompute: bool = True) -> tuple[float, float]:
         key = (setup.arch.is_moe_layer(i), recompute)
         if key not in memo:
-            memo[key] = sum(layer_terms(setup, i, recompute).values())
+            memo[key] = offload.split(setup, layer_terms(setup, i, recompute))
         return memo[key]
 
+    def saved(i: int, recompute: bool = True) -> float:
+        return kept_and_away(i, recompute)[0]
+
     if setup.recompute != "full":
-        return sum(saved(i) for i in layers), 0.0
+        # offloaded activations: the layers in flight to or from the host (offload.py)
+        in_flight = offload.KEPT_LAYERS * max((kept_and_away(i)[1] for i in layers), default=0.0)
+        return sum(saved(i) for i in layers), in_flight
     n = max(1, setup.recompute_num_layers)
     if setup.recompute_method == "block":
         checkpointed, kept = layers[:n], layers[n:]

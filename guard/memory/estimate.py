@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from guard.job.training_job import TrainingJob
 from guard.memory import activations as acts
-from guard.memory import overheads, schedule
+from guard.memory import megatron_fsdp, overheads, schedule
 from guard.memory.catalog import Gpu
 from guard.memory.params import (
     REPLICATED,
@@ -109,7 +109,9 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEsti
     largest_layer = _largest_layer_params(setup, all_layers)
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
-    fwd = static + stash_edges + max(logits_transient, backward)
+    fsdp_loss, fsdp_backward = megatron_fsdp.gathered(setup, inv, largest_layer) if setup.fsdp_sharding else (0, 0)
+    at_loss, in_backward = logits_transient + fsdp_loss, backward + fsdp_backward
+    fwd = static + stash_edges + max(at_loss, in_backward)
     step = static + states.step_transient + sum(step_buf.values())
     # ZeRO-1 reducing after backward holds gradients beyond its partition until the reduce (zero_paths.py);
     # the last microbatch's activations are gone by then
@@ -119,7 +121,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEsti
     in_step = phase != "forward/backward"
     allocated = phases[phase]
     runtime = overheads.runtime(setup, allocated)
-    transient = {"forward/backward": max(logits_transient, backward), "gradient reduction":
+    transient = {"forward/backward": max(at_loss, in_backward), "gradient reduction":
                  sum(states.reduce_terms.values()), "optimizer step": step - static}[phase]
     components = {
         "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
@@ -134,8 +136,10 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEsti
     if detail:
         stage.terms = {"buffers": buf, "runtime": runtime, "optimizer step": {
             **step_buf, "fp32 gradient partition / copies": states.step_transient},
-            "transient": {"recompute working set": working, "backward gradient temporaries": grad_temps,
-                          "loss fp32 upcast": logits_transient}, "gradient reduction": dict(states.reduce_terms),
+            "transient": {"recompute working set / offloaded layers in flight": working, "backward gradient temporaries": grad_temps,
+                          "loss fp32 upcast": logits_transient, "FSDP whole weights at the loss": fsdp_loss,
+                          "FSDP whole units and gradients in backward": fsdp_backward},
+            "gradient reduction": dict(states.reduce_terms),
             "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
         stage.explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
                                                         logits_transient)

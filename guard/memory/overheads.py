@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
+from guard.memory import workspaces
 from guard.memory.zero_layout import largest_tensor
 from guard.memory.zero_paths import bucket_terms
 from guard.units import MIB
@@ -31,8 +32,9 @@ RUNTIME_DEFAULTS = {
                              "peak (Megatron's theoretical_memory_usage adds 5%); expandable_segments lowers it"),
 }
 BUFFER_DEFAULTS = {
-    "cublas_workspace": Default(32 * MIB, "bytes", "cuBLAS workspace on Hopper (CUBLAS_WORKSPACE_CONFIG :4096:8), "
-                                                   "allocated through the caching allocator"),
+    "cublas_workspace": Default(32 * MIB, "bytes", "one torch cuBLAS workspace (per thread and stream): 32 MiB on "
+                                                   "sm_90, 8.125 MiB elsewhere, or CUBLAS_WORKSPACE_CONFIG "
+                                                   "(workspaces.py)"),
 }
 # DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, 0.19.8)
 ZERO_DEFAULTS = {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e7,
@@ -66,7 +68,10 @@ def buffers(setup: TrainingJob, rank_params: int, largest_layer_params: int, rep
     """(persistent buffers, optimizer-step transients) on one rank, by name."""
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     p_b = DTYPE_BYTES[setup.params_dtype]
-    out: dict[str, float] = {"cuBLAS workspace": setting(setup, "cublas_workspace")}
+    out: dict[str, float] = dict(workspaces.gemm_workspaces(setup))
+    shared = workspaces.global_memory_buffer(setup)
+    if shared:
+        out["Megatron global memory buffer"] = shared
     step: dict[str, float] = {}
     hidden_msg = act * setup.seq_length / setup.layout.seq_shards * setup.micro_batch * setup.arch.hidden
     if setup.layout.sequence_parallel:
@@ -77,7 +82,7 @@ def buffers(setup: TrainingJob, rank_params: int, largest_layer_params: int, rep
     if setup.framework == "megatron":
         bucket = max(4e7, 1e6 * setup.dp * setup.layout.cp)  # distributed_data_parallel.py's default bucket size
         if setup.distributed_optimizer:  # each bucket is padded to a multiple of lcm(DP x CP, 128) elements
-            pad = math.lcm(setup.dp * setup.layout.cp, 128)
+            pad = math.lcm(max(1, setup.dp * setup.layout.cp // setup.optimizer_instances), 128)
             out["gradient-buffer padding"] = math.ceil(rank_params / bucket) * pad * (
                 p_b + DTYPE_BYTES[setup.grads_dtype])
         return out, step

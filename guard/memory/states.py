@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory import zero_paths
+from guard.memory import megatron_fsdp, zero_paths
 from guard.memory.overheads import zero_bucket
 from guard.memory.params import Inventory
 from guard.memory.zero_layout import ZeroLayout, largest_tensor, layout_for, zero_layout
@@ -47,16 +47,29 @@ def megatron_states(setup: TrainingJob, inv: Inventory) -> States:
     grad_copy = 4 if (setup.params_dtype != "fp32" and g_b < 4) else 0
     per_param_opt = master_bytes(setup) + moment_bytes(setup) + grad_copy
     dense, expert = inv.dense, inv.bucket("expert")
-    d_dense = setup.dp * setup.layout.cp if setup.distributed_optimizer else 1
-    d_expert = setup.layout.expert_dp if setup.distributed_optimizer else 1
+    # several optimizer instances: each shards over its part of DP x CP (distributed_data_parallel.py
+    # intra_dp_cp_group / intra_expt_dp_group), so a rank holds `instances` times more
+    d_dense = max(1, setup.dp * setup.layout.cp // setup.optimizer_instances) if setup.distributed_optimizer else 1
+    d_expert = max(1, setup.layout.expert_dp // setup.optimizer_instances) if setup.distributed_optimizer else 1
     out = States(params=(dense + expert) * p_b, grads=(dense + expert) * g_b)
     out.optimizer = math.ceil(dense * per_param_opt / d_dense) + math.ceil(expert * per_param_opt / d_expert)
+    if setup.fsdp_sharding:
+        weights, optim, grads = megatron_fsdp.sharded(setup)
+        out.params = megatron_fsdp.per_rank(setup, inv, p_b, weights)
+        out.grads = megatron_fsdp.per_rank(setup, inv, g_b, grads)
+        out.optimizer = megatron_fsdp.per_rank(setup, inv, per_param_opt, optim)
+        out.explain = [(f"Megatron FSDP {setup.fsdp_sharding}: params {p_b} B, grads {g_b} B, optimizer "
+                        f"{per_param_opt} B per parameter; sharded over DP x CP (experts: expert DP): "
+                        f"params {weights}, grads {grads}, optimizer {optim}")]
+        return out
     out.explain = [
         f"params = {dense + expert:,} x {p_b} B ({setup.params_dtype})",
         f"grads = {dense + expert:,} x {g_b} B ({setup.grads_dtype} gradient buffer, full size on every rank)",
         f"optimizer = {per_param_opt} B/param (master {master_bytes(setup)} + moments {moment_bytes(setup)}"
         f"{' + fp32 grad copy 4' if grad_copy else ''})"
-        + (f" / {d_dense} (distributed optimizer over DP x CP)" if d_dense > 1 else "")
+        + (f" / {d_dense} (distributed optimizer over DP x CP"
+           + (f" / {setup.optimizer_instances} instances" if setup.optimizer_instances > 1 else "") + ")"
+           if d_dense > 1 else "")
         + (f"; experts {expert:,} / {d_expert} (expert data-parallel group)" if expert and d_expert > 1 else ""),
     ]
     return out

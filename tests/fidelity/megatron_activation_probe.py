@@ -167,6 +167,9 @@ def tally(census: Census, n: int, listing: bool) -> dict:
 def measure(case: dict, listing: bool) -> dict:
     import torch
 
+    from megatron.core import parallel_state as ps
+
+    ps.get_global_memory_buffer().buffer.clear()  # each case sizes its own (the buffer only grows)
     model = build(case)
     census = Census({p.untyped_storage()._cdata for p in model.parameters()})
     watch(model, census.where)
@@ -177,6 +180,8 @@ def measure(case: dict, listing: bool) -> dict:
     with torch.autograd.graph.saved_tensors_hooks(census.pack, lambda box: box.tensor):
         loss = model(tokens, position, mask, labels=tokens).float().sum()
         out = tally(census, n, listing)
+        # megatron's GlobalMemoryBuffer: allocated by the forward, kept for the rest of the run
+        out["global_buffer"] = sum(t.numel() * t.element_size() for t in ps.get_global_memory_buffer().buffer.values())
         if case.get("recompute") == "full":  # the backward re-runs each group under the same hooks
             census.backward = True
             loss.backward()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from guard.megatron.from_script import job_from_argv
 from guard.memory.activations import chunk_stored
+from guard.memory.workspaces import global_memory_buffer
 from guard.job.from_megatron import read_megatron
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.settings import Settings
@@ -128,6 +129,9 @@ def rows_for(name: str, seen: dict) -> list[Row]:
         "saved for backward after the forward"
     rows = [Row(f"megatron-core {name}", "layer activations", stored / len(layers), measured, TOLERANCE,
                 f"{what}; {dtype}; {CPU_PATH}")]
+    rows.append(Row(f"megatron-core {name}", "global memory buffer", global_memory_buffer(setup),
+                    seen["global_buffer"], 0.0, "megatron's GlobalMemoryBuffer after the forward (the local "
+                    "attention's score buffer)"))
     if case.get("recompute") == "full":
         rows.append(Row(f"megatron-core {name}", "recompute working set", working, max(seen["recompute"]),
                         TOLERANCE, f"saved while backward re-runs one group; {dtype}; {CPU_PATH}"))

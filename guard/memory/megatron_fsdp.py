@@ -1,0 +1,64 @@
+"""Megatron FSDP (--use-megatron-fsdp): which states its buffers shard, and the units it gathers during the step.
+
+megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py (megatron-core 0.16.1),
+ParamAndGradBuffer._init_each_parameter_group_buffers: per parameter group, a model-weight buffer (the
+parameter dtype), a main-weight buffer (fp32: preserve_fp32_weights) and a main-grad buffer (fp32 when
+gradients reduce in fp32, which --bf16 implies); the strategy decides which are sharded over the group's
+data-parallel ranks (DP x CP, or the expert data-parallel group for experts):
+
+    strategy             model weights  main weights + optimizer  main grads
+    no_shard             full           full                      full
+    optim                full           sharded                   full
+    optim_grads          full           sharded                   sharded
+    optim_grads_params   sharded        sharded                   sharded
+
+Sharded weights are all-gathered into temporary buckets for each FSDP unit (mcore_fsdp_adapter.py: every
+TransformerLayer under optim_grads_params) while it runs, the next unit prefetched; the parameters outside the
+units (embeddings, output layer, final norm) are gathered for the whole forward and backward; a unit's
+gradients are whole until they are reduce-scattered.
+"""
+
+from __future__ import annotations
+
+import math
+
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
+from guard.memory.params import Inventory
+
+STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+EDGE_ITEMS = ("word embeddings", "position embeddings", "final norm", "output layer (LM head)",
+              "output layer (tied copy of the word embeddings)")
+
+
+def sharded(setup: TrainingJob) -> tuple[bool, bool, bool]:
+    """(model weights, main weights and optimizer, main grads) sharded under the job's strategy."""
+    index = STRATEGIES.index(setup.fsdp_sharding)
+    return index >= 3, index >= 1, index >= 2
+
+
+def groups(setup: TrainingJob) -> tuple[int, int]:
+    """The data-parallel sizes the dense and the expert buffers shard over."""
+    return max(1, setup.dp * setup.layout.cp), max(1, setup.layout.expert_dp or 1)
+
+
+def per_rank(setup: TrainingJob, inv: Inventory, nbytes: float, shard: bool) -> int:
+    if not shard:
+        return math.ceil(inv.total * nbytes)
+    dense_dp, expert_dp = groups(setup)
+    expert = inv.total - inv.dense
+    return math.ceil(inv.dense * nbytes / dense_dp) + math.ceil(expert * nbytes / expert_dp)
+
+
+def gathered(setup: TrainingJob, inv: Inventory, largest_layer: int) -> tuple[float, float]:
+    """Unsharded buckets alive (at the loss, during backward); nothing when the weights are whole.
+
+    At the loss the last unit has been released (its forward post-hook) and only the parameters outside the
+    units are whole. In backward a unit is re-gathered with the next one prefetched, and the largest group's
+    gradient is whole until its reduce-scatter."""
+    weights, _, grads_sharded = sharded(setup)
+    if not weights:
+        return 0.0, 0.0
+    p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
+    edge = sum(n for (_, item), n in inv.items.items() if item in EDGE_ITEMS)
+    grad_whole = max(edge, largest_layer) * g_b if grads_sharded else 0.0
+    return edge * p_b, (edge + 2 * largest_layer) * p_b + grad_whole

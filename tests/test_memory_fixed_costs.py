@@ -1,0 +1,96 @@
+"""GEMM workspaces, Megatron FSDP sharding, optimizer instances and activation offloading, each against the
+rule in the code that allocates it (torch CublasHandlePool.cpp, Transformer Engine gemm.py, megatron-core
+param_and_grad_buffer.py and fine_grained_activation_offload.py), worked by hand here."""
+
+from __future__ import annotations
+
+from guard.job.from_inputs import JobInputs, read_job
+from guard.memory import workspaces
+from guard.memory.estimate import estimate_stage
+from guard.settings import Settings
+
+KIB, MIB = 1 << 10, 1 << 20
+SMALL = ("--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+         "--micro-batch-size 4 --global-batch-size 32 --vocab-size 50304 --make-vocab-size-divisible-by 128 --bf16")
+
+
+def _job(extra: str = "", world: int = 8, gpu: str | None = None):
+    return read_job(JobInputs(megatron_args=f"{SMALL} {extra}"), Settings(world_size=world, gpu=gpu)).required()
+
+
+def test_torch_workspace_size_follows_cublas_workspace_config():
+    job = _job()
+    job.blas_workspace_config = ":4096:8"
+    assert workspaces.torch_workspace(job) == 4096 * KIB * 8
+    job.blas_workspace_config = ":4096:2:16:8"  # pairs add up
+    assert workspaces.torch_workspace(job) == 4096 * KIB * 2 + 16 * KIB * 8
+
+
+def test_torch_default_is_32_mib_on_sm90_only():
+    assert workspaces.torch_workspace(_job(gpu="H100")) == 32 * MIB
+    assert workspaces.torch_workspace(_job(gpu="A100-80GB")) == 8 * MIB + 128 * KIB
+    assert workspaces.torch_workspace(_job(gpu="GB200")) == 8 * MIB + 128 * KIB  # 10.0 is not sm_90
+
+
+def test_two_torch_workspaces_and_one_transformer_engine_workspace():
+    h100 = workspaces.gemm_workspaces(_job(gpu="H100"))  # Transformer Engine is megatron's default impl
+    assert sum(h100.values()) == 2 * 32 * MIB + 32 * MIB + KIB
+    a100 = workspaces.gemm_workspaces(_job(gpu="A100-80GB"))
+    assert sum(a100.values()) == 2 * (8 * MIB + 128 * KIB) + 4 * MIB
+    local = workspaces.gemm_workspaces(_job("--transformer-impl local", gpu="H100"))
+    assert sum(local.values()) == 2 * 32 * MIB
+
+
+def test_grouped_gemm_adds_four_stream_workspaces():
+    moe = "--num-experts 8 --expert-model-parallel-size 8 --moe-ffn-hidden-size 1024 --moe-grouped-gemm"
+    terms = workspaces.gemm_workspaces(_job(moe, gpu="A100-80GB"))
+    assert terms["Transformer Engine grouped-GEMM workspaces"] == 4 * 4 * MIB
+
+
+def test_launch_script_environment_sets_the_workspace(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/bash\nexport CUBLAS_WORKSPACE_CONFIG=:16:8\ntorchrun --nproc_per_node 8 "
+                      f"pretrain_gpt.py {SMALL}\n")
+    job = read_job(JobInputs(paths=[str(script)]), Settings())
+    assert job.blas_workspace_config == ":16:8"
+    assert (job.origin("blas_workspace_config").path, job.origin("blas_workspace_config").line) == (str(script), 2)
+    assert workspaces.torch_workspace(job) == 16 * KIB * 8
+
+
+def test_global_memory_buffer_is_the_largest_request():
+    # local unfused attention: [b * heads / TP, s, s] in bf16; sequence parallel all-gather: [s, b, h]
+    local = _job("--transformer-impl local --tensor-model-parallel-size 2")
+    assert workspaces.global_memory_buffer(local) == 2 * 4 * 8 / 2 * 1024 * 1024
+    sp = _job("--tensor-model-parallel-size 2 --sequence-parallel")
+    assert workspaces.global_memory_buffer(sp) == 2 * 1024 * 4 * 512
+
+
+def test_optimizer_instances_shard_over_their_part_of_dp():
+    one = estimate_stage(_job("--use-distributed-optimizer"), 0)
+    two = estimate_stage(_job("--use-distributed-optimizer --num-distributed-optimizer-instances 2"), 0)
+    params = one.components["params"] // 2  # bf16
+    assert one.components["optimizer"] == -(-params * 12 // 8)  # fp32 master + two moments over DP 8
+    assert two.components["optimizer"] == -(-params * 12 // 4)
+
+
+def test_megatron_fsdp_shards_by_strategy():
+    plain = estimate_stage(_job("--use-distributed-optimizer"), 0).components
+    n = plain["params"] // 2
+    for strategy, (p, g, o) in {"no_shard": (1, 1, 1), "optim": (1, 1, 8), "optim_grads": (1, 8, 8),
+                                "optim_grads_params": (8, 8, 8)}.items():
+        job = _job(f"--use-distributed-optimizer --use-megatron-fsdp --data-parallel-sharding-strategy {strategy}")
+        got = estimate_stage(job, 0).components
+        assert (got["params"], got["grads"], got["optimizer"]) == (-(-n * 2 // p), -(-n * 4 // g),
+                                                                   -(-n * 12 // o)), strategy
+
+
+def test_offloaded_modules_leave_the_stash():
+    # TP 1, s b = 4096 tokens, h 512: the attention projection input is 2M elements (offloaded), the two norm
+    # inputs together 4 MiB of which attn_norm's half goes
+    base = "--transformer-impl local --attention-backend unfused"
+    kept = estimate_stage(_job(base), 0)
+    off = estimate_stage(_job(f"{base} --fine-grained-activation-offloading --offload-modules attn_proj "
+                              "attn_norm"), 0)
+    per_layer = 2 * 4096 * 512 + 2 * 4096 * 512  # attn_proj input + attn_norm input, bf16
+    assert kept.components["activations"] - off.components["activations"] == 4 * per_layer * off.inflight
+    assert off.terms["transient"]["recompute working set / offloaded layers in flight"] == 2 * per_layer
