@@ -136,8 +136,9 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEsti
     if detail:
         stage.terms = {"buffers": buf, "runtime": runtime, "optimizer step": {
             **step_buf, "fp32 gradient partition / copies": states.step_transient},
-            "transient": {"recompute working set / offloaded layers in flight": working, "backward gradient temporaries": grad_temps,
-                          "loss fp32 upcast": logits_transient, "FSDP whole weights at the loss": fsdp_loss,
+            "transient": {"recompute working set / offloaded layers in flight": working,
+                          "backward gradient temporaries": grad_temps, "loss fp32 upcast": logits_transient,
+                          "FSDP whole weights at the loss": fsdp_loss,
                           "FSDP whole units and gradients in backward": fsdp_backward},
             "gradient reduction": dict(states.reduce_terms),
             "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
