@@ -44,7 +44,8 @@ def predict(run: dict) -> tuple[float, float]:
         script = Path(folder) / "run.sh"
         script.write_text(launch_script(run))
         job = read_job(JobInputs(paths=[str(script)]), settings).required()
-    stage = estimate_stage(job, job.layout.pp - 1)
+    # the logging rank is last in every group: its data-parallel index is the last one
+    stage = estimate_stage(job, job.layout.pp - 1, dp_rank=job.dp * job.layout.cp - 1)
     peak = stage.peak_bytes - stage.components["runtime"]
     return peak, sum(stage.components[c] for c in STATES)
 

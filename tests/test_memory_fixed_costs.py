@@ -94,3 +94,28 @@ def test_offloaded_modules_leave_the_stash():
     per_layer = 2 * 4096 * 512 + 2 * 4096 * 512  # attn_proj input + attn_norm input, bf16
     assert kept.components["activations"] - off.components["activations"] == 4 * per_layer * off.inflight
     assert off.terms["transient"]["recompute working set / offloaded layers in flight"] == 2 * per_layer
+
+
+def test_muon_keeps_one_momentum_per_matrix_and_adam_for_the_rest():
+    # TP 1, PP 1: word embeddings 50304 x 512 (Adam: flagged embedding/output), position embeddings
+    # 1024 x 512 (2-D, unflagged: Muon); per layer QKV 512 x 1536, proj 512 x 512, fc1 512 x 2048, fc2
+    # 2048 x 512 (Muon), 2 LayerNorms (weight + bias) and 4 biases (Adam); final LayerNorm (Adam)
+    matrices = 1024 * 512 + 4 * (512 * 1536 + 512 * 512 + 2 * 512 * 2048)
+    vectors = 50304 * 512 + 4 * (4 * 512 + 1536 + 512 + 2048 + 512) + 2 * 512
+    muon = estimate_stage(_job("--optimizer muon", world=1), 0).components["optimizer"]
+    assert muon == matrices * (4 + 4) + vectors * (4 + 8)  # fp32 master + momentum / two moments
+
+
+def test_layer_wise_distributed_muon_deals_whole_tensors_by_size():
+    """shard_params: sorted by numel, dealt 0, 1, 1, 0, 0, 1, ... over two ranks; the largest tensor (the
+    word embeddings) is the last one dealt."""
+    from guard.memory import muon
+
+    tensors = [(n, True, False) for n in (5, 1, 4, 2, 3)]
+    assert muon.layer_wise_share(tensors, 2) == [[(1, True, False), (4, True, False), (5, True, False)],
+                                                 [(2, True, False), (3, True, False)]]
+    job = _job("--optimizer muon --use-distributed-optimizer", world=2)
+    ranks = [estimate_stage(job, 0, dp_rank=r).components["optimizer"] for r in (0, 1)]
+    whole = estimate_stage(_job("--optimizer muon", world=2), 0).components["optimizer"]
+    assert sum(ranks) == whole  # every tensor's states on exactly one rank
+    assert estimate_stage(job, 0).components["optimizer"] == max(ranks)

@@ -33,7 +33,10 @@ def _precision(fv: FlagValues) -> None:
         job.fsdp_sharding = str(fv.value("data_parallel_sharding_strategy", field="fsdp_sharding") or "no_shard")
     if job.distributed_optimizer:
         job.optimizer_instances = fv.int("num_distributed_optimizer_instances", field="optimizer_instances") or 1
-    job.optimizer = "sgd" if fv.value("optimizer", field="optimizer") == "sgd" else "adam"
+    chosen = str(fv.value("optimizer", field="optimizer") or "adam")
+    job.optimizer = {"sgd": "sgd", "muon": "muon", "dist_muon": "muon"}.get(chosen, "adam")
+    if chosen == "dist_muon":  # arguments.py: dist_muon is muon with the (layer-wise) distributed optimizer
+        job.distributed_optimizer = True
     job.sgd_momentum = float(fv.value("sgd_momentum") or 0) > 0
     if fv.on("use_precision_aware_optimizer"):
         job.main_params_dtype = str(fv.value("main_params_dtype") or "fp32")
@@ -46,7 +49,7 @@ def _precision(fv: FlagValues) -> None:
         job.origins["grads_dtype"] = fv.origin("grad_reduce_in_bf16")
     job.overlap_param_gather = fv.on("overlap_param_gather")
     job.overlap_grad_reduce = fv.on("overlap_grad_reduce")
-    if str(fv.value("optimizer")) not in ("adam", "sgd", "adamw"):
+    if str(fv.value("optimizer")) not in ("adam", "sgd", "adamw", "muon", "dist_muon"):
         job.add_unmodelled(f"optimizer {fv.value('optimizer')}", "--optimizer", fv.origin("optimizer"))
 
 
@@ -97,6 +100,10 @@ def _kernels(fv: FlagValues) -> None:
     job.linear_impl = "transformer_engine" if impl in ("transformer_engine", "inference_optimized") else "megatron"
     job.moe_dispatcher = str(fv.value("moe_token_dispatcher_type") or "allgather")
     job.moe_grouped_gemm = fv.on("moe_grouped_gemm")
+    # experts.py / mlp.py bias_act_func: only gated SwiGLU/quick-GeGLU fuse the probability weighting
+    gated = bool(job.arch and job.arch.gated_mlp)
+    fusion = fv.value("bias_swiglu_fusion" if gated else "bias_gelu_fusion")
+    job.moe_weighted_act_fused = gated and fusion is not False and not fv.on("use_te_activation_func")
     workspace = cmd.env_value("CUBLAS_WORKSPACE_CONFIG")
     if workspace is not None and workspace.value:
         job.blas_workspace_config = workspace.value

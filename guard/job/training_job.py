@@ -77,6 +77,9 @@ class TrainingJob:
     linear_impl: str = "torch"  # torch (nn.Linear) | megatron (its tensor_parallel layers) | transformer_engine
     moe_dispatcher: str = "allgather"  # Megatron --moe-token-dispatcher-type
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm
+    # experts weight their activation by the routing probabilities in one fused kernel (weighted SwiGLU/GeGLU);
+    # unfused, the activation output is kept by the multiply besides the fc2 input
+    moe_weighted_act_fused: bool = True
     blas_workspace_config: str | None = None  # CUBLAS_WORKSPACE_CONFIG of the launch (torch's workspace)
     checkpoint_partition: bool = False  # DeepSpeed activation checkpointing: partition_activations
     checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing

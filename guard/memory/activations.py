@@ -131,6 +131,12 @@ def _moe_terms(setup: TrainingJob, act: int, sb: float, rep: int, glu: int, drop
     terms["expert fc1 output"] = act * dispatched * ffn * glu / setup.layout.expert_tp
     if "moe_act" not in drop:
         terms["expert activation output"] = act * dispatched * ffn / setup.layout.expert_tp
+        if not setup.moe_weighted_act_fused:
+            # unfused bias_act_func: `act(x) * probs` keeps act(x); a gated unit's glu() also keeps act(x_glu)
+            # and the new `x_linear + glu_linear_offset` for its product (megatron/core/transformer/moe/
+            # experts.py, mlp.py): one ffn-wide tensor, or three
+            terms["activation output kept by the probability multiply"] = \
+                act * dispatched * ffn * (3 if glu == 2 else 1) / setup.layout.expert_tp
     if arch.shared_expert_ffn and "shared_experts" not in drop:
         terms.update(_mlp_terms(act, sb, arch.shared_expert_ffn, glu, setup.layout.tp, False, "shared expert"))
     return terms

@@ -85,12 +85,12 @@ def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
     return Estimate(setup, gpu, stages, model_param_count(setup.arch))
 
 
-def estimate_stage(setup: TrainingJob, r: int, detail: bool = True) -> StageEstimate:
+def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int | None = None) -> StageEstimate:
     """One stage's prediction; `detail=False` leaves out the named terms and --explain text (the planner's
-    quick check needs the peak alone)."""
+    quick check needs the peak alone); dp_rank: one data-parallel rank's states (None: the rank holding most)."""
     chunks = setup.chunks[r]
     inv = rank_inventory(setup, chunks)
-    states = model_states(setup, inv)
+    states = model_states(setup, inv, dp_rank, chunks)
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     # per chunk, one microbatch: the layers; + the embedding edge; + the loss edge (final norm, head, loss),
     # which the loss chunk keeps for every microbatch in flight there (interleaving can hold two)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from guard.job.stages import Chunk
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory import megatron_fsdp, zero_paths
+from guard.memory import megatron_fsdp, muon, zero_paths
 from guard.memory.overheads import zero_bucket
 from guard.memory.params import Inventory
 from guard.memory.zero_layout import ZeroLayout, largest_tensor, layout_for, zero_layout
@@ -40,7 +41,8 @@ def master_bytes(setup: TrainingJob) -> int:
     return 0 if setup.params_dtype == "fp32" else DTYPE_BYTES[setup.main_params_dtype]
 
 
-def megatron_states(setup: TrainingJob, inv: Inventory) -> States:
+def megatron_states(setup: TrainingJob, inv: Inventory, chunks: list[Chunk] | None = None,
+                    dp_rank: int | None = None) -> States:
     """Megatron DDP + (distributed) optimizer: the grad buffer is full size, the optimizer shards over DP x CP."""
     p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
     # 16-bit grads with 16-bit params: the optimizer keeps fp32 copies of the gradients (Megatron's table: 20 B/param)
@@ -53,6 +55,13 @@ def megatron_states(setup: TrainingJob, inv: Inventory) -> States:
     d_expert = max(1, setup.layout.expert_dp // setup.optimizer_instances) if setup.distributed_optimizer else 1
     out = States(params=(dense + expert) * p_b, grads=(dense + expert) * g_b)
     out.optimizer = math.ceil(dense * per_param_opt / d_dense) + math.ceil(expert * per_param_opt / d_expert)
+    if setup.optimizer == "muon" and chunks is not None:
+        out.optimizer = muon.optimizer_bytes(setup, chunks, master_bytes(setup), dp_rank)
+        out.explain = [f"params = {dense + expert:,} x {p_b} B, grads {g_b} B; optimizer: Muon keeps one "
+                       f"momentum per 2-D weight, Adam two moments for the rest, fp32 masters "
+                       + ("(layer-wise distributed: whole tensors dealt to DP ranks by size)"
+                          if setup.distributed_optimizer else "(every rank)")]
+        return out
     if setup.fsdp_sharding:
         weights, optim, grads = megatron_fsdp.sharded(setup)
         out.params = megatron_fsdp.per_rank(setup, inv, p_b, weights)
@@ -194,8 +203,11 @@ def _stage12_step_group(setup: TrainingJob, groups: list[list[int]] | None, psi:
     return per_group[index].partition, freed
 
 
-def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) -> States:
-    out = megatron_states(setup, inv) if setup.framework == "megatron" else zero_states(setup, inv, dp_rank)
+def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
+                 chunks: list[Chunk] | None = None) -> States:
+    """dp_rank None: the data-parallel rank that holds the most; chunks: the stage's (Muon deals their tensors)."""
+    out = megatron_states(setup, inv, chunks, dp_rank) if setup.framework == "megatron" else \
+        zero_states(setup, inv, dp_rank)
     if "language model" in setup.frozen:
         # requires_grad False: DDP allocates no gradient buffer and the optimizer holds no state for these
         # weights (megatron/core/distributed/distributed_data_parallel.py and optimizer/__init__.py take

@@ -49,7 +49,7 @@ def after_backward(job: TrainingJob, hw: Hardware, inv: Inventory, stage) -> dic
         _add(out, "CPU optimizer step (offload)", shard * CPU_ADAM_BYTES / per_node)
         _add(out, "offload transfers (gradients down, parameters up)", hw.host_link_seconds(shard * (4 + 2)))
     else:
-        per_param = ADAM_BYTES if job.optimizer == "adam" else SGD_BYTES
+        per_param = SGD_BYTES if job.optimizer == "sgd" else ADAM_BYTES
         _add(out, "optimizer step", hw.memory_seconds(shard * per_param))
     return out
 

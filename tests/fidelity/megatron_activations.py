@@ -48,6 +48,9 @@ CASES: dict[str, dict] = {
     "moe_alltoall_top2_bf16": dict(MOE, dispatcher="alltoall"),
     "moe_allgather_top2_fp32_dropout": dict(MOE, dispatcher="allgather", dropout=0.1, dtype="fp32"),
     "moe_selective_moe_bf16": dict(MOE, dispatcher="alltoall", recompute="selective", recompute_modules=["moe"]),
+    # experts weighting their activation by the probabilities without the fused kernel (gelu cannot fuse it)
+    "moe_gelu_unfused_bf16": dict(MOE, dispatcher="alltoall", swiglu=False, fused_act=False),
+    "moe_swiglu_unfused_bf16": dict(MOE, dispatcher="alltoall", fused_act=False),
 }
 
 
@@ -64,6 +67,8 @@ def megatron_flags(case: dict) -> str:
         flags.append(f"--group-query-attention --num-query-groups {case['groups']}")
     if case.get("swiglu"):
         flags.append("--swiglu")
+    if not case.get("fused_act", True):
+        flags.append("--no-bias-swiglu-fusion" if case.get("swiglu") else "--no-bias-gelu-fusion")
     if case.get("norm"):
         flags.append(f"--normalization {case['norm']}")
     if not case.get("bias", True):
