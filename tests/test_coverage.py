@@ -44,7 +44,9 @@ EXTRA_MEGATRON_READ = {"topk", "expert_interval", "enable_expert_tensor_parallel
                        "use_flash_attn_builder", "grad_reduce_in_bf16", "recompute_activations",
                        # issue 16: Megatron FSDP, optimizer instances, grouped-GEMM workspaces, offloading
                        "use_megatron_fsdp", "data_parallel_sharding_strategy", "num_distributed_optimizer_instances",
-                       "moe_grouped_gemm", "fine_grained_activation_offloading", "offload_modules"}
+                       "moe_grouped_gemm", "fine_grained_activation_offloading", "offload_modules",
+                       "mtp_num_layers", "apply_query_key_layer_scaling", "attention_softmax_in_fp32",
+                       "masked_softmax_fusion"}
 
 # Issue 11's DeepSpeed read list, limited to what the schema (or a free-form section such as optimizer.params) has,
 # and zero_optimization.elastic_checkpoint, which guard/job/from_deepspeed.py reads into the job's ZeRO path keys.

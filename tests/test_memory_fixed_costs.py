@@ -119,3 +119,15 @@ def test_layer_wise_distributed_muon_deals_whole_tensors_by_size():
     whole = estimate_stage(_job("--optimizer muon", world=2), 0).components["optimizer"]
     assert sum(ranks) == whole  # every tensor's states on exactly one rank
     assert estimate_stage(job, 0).components["optimizer"] == max(ranks)
+
+
+def test_megatron_torch_softmax_keeps_fp32_probabilities():
+    """fusions/fused_softmax.py forward_torch_softmax: scores upcast, the fp32 softmax is what autograd keeps;
+    the fused kernel (the default) keeps its 16-bit output. b 4 x 8 heads x 1024^2 scores per layer."""
+    scores = 4 * 8 * 1024 * 1024
+    local = "--transformer-impl local --attention-softmax-in-fp32"
+    layer = "layer activations (one microbatch)"
+    fused = estimate_stage(_job(local), 0).terms[layer]
+    torch_path = estimate_stage(_job(f"{local} --no-masked-softmax-fusion"), 0).terms[layer]
+    assert fused["softmax output"] == 2 * scores
+    assert torch_path["softmax output"] == 4 * scores

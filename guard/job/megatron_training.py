@@ -96,8 +96,15 @@ def _kernels(fv: FlagValues) -> None:
             (cmd.flavour == "megatron-deepspeed" and not flash):
         job.attention = "unfused"
     job.fused_cross_entropy = fv.on("cross_entropy_loss_fusion")
+    job.mtp_layers = fv.int("mtp_num_layers", field="mtp_layers") or 0
     # which GEMMs run where: Transformer Engine's linears keep their own cuBLAS workspace (workspaces.py)
     job.linear_impl = "transformer_engine" if impl in ("transformer_engine", "inference_optimized") else "megatron"
+    # megatron's own attention (fusions/fused_softmax.py FusedScaleMaskSoftmax): without the fused kernel the
+    # torch path upcasts the scores and autograd keeps the fp32 softmax (query-key scaling forces fp32)
+    fp32_softmax = fv.on("attention_softmax_in_fp32") or fv.on("apply_query_key_layer_scaling")
+    if job.linear_impl == "megatron" and job.attention == "unfused" and fp32_softmax and \
+            fv.value("masked_softmax_fusion") is False and job.params_dtype in ("bf16", "fp16"):
+        job.softmax_bytes = 4
     job.moe_dispatcher = str(fv.value("moe_token_dispatcher_type") or "allgather")
     job.moe_grouped_gemm = fv.on("moe_grouped_gemm")
     # experts.py / mlp.py bias_act_func: only gated SwiGLU/quick-GeGLU fuse the probability weighting

@@ -18,6 +18,7 @@ class Chunk:
     embedding: bool = False
     loss: bool = False
     virtual_stage: int = 0
+    mtp: int = 0  # multi-token prediction layers the layout string places here ('m')
 
 
 def even_chunks(num_layers: int, pp: int, vpp: int = 1, per_stage: list[int] | None = None) -> list[list[Chunk]]:
@@ -58,7 +59,7 @@ def from_layout_string(text: str, pp: int, num_layers: int) -> list[list[Chunk]]
             raise LayoutError(f"layout stage {vstage} has unknown symbols {''.join(sorted(unknown))!r}")
         count = body.count("t")
         chunks[vstage % pp].append(Chunk(tuple(range(layer, layer + count)), embedding="E" in body,
-                                         loss="L" in body, virtual_stage=vstage))
+                                         loss="L" in body, virtual_stage=vstage, mtp=body.count("m")))
         layer += count
     if layer != num_layers:
         raise LayoutError(f"layout places {layer} transformer layers, --num-layers is {num_layers}")

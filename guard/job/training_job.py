@@ -74,6 +74,7 @@ class TrainingJob:
     norm_kernel: str = "fused"
     rope_kernel: str = "fused"  # fused (no per-layer copies) | unfused (cos and sin cast copies for Q and for K)
     fused_cross_entropy: bool = False
+    mtp_layers: int = 0  # Megatron --mtp-num-layers (multi-token prediction on the loss stage)
     linear_impl: str = "torch"  # torch (nn.Linear) | megatron (its tensor_parallel layers) | transformer_engine
     moe_dispatcher: str = "allgather"  # Megatron --moe-token-dispatcher-type
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm
@@ -100,6 +101,13 @@ class TrainingJob:
     @property
     def vocab(self) -> int:
         return self.padded_vocab or self.arch.vocab
+
+    def mtp_in(self, chunk: Chunk) -> int:
+        """MTP layers a chunk holds: where the layout string puts 'm', else with the loss (megatron-core)."""
+        if not self.mtp_layers:
+            return 0
+        placed = any(c.mtp for stage in self.chunks for c in stage)
+        return chunk.mtp if placed else (self.mtp_layers if chunk.loss else 0)
 
     def origin(self, key: str) -> Origin:
         return self.origins.get(key) or Origin("default", key)

@@ -222,6 +222,23 @@ def loss_bytes(setup: TrainingJob) -> tuple[float, float]:
     return 4 * rows, (act * rows if act != 4 else 0.0)
 
 
+def mtp_bytes(setup: TrainingJob) -> float:
+    """One multi-token prediction layer, one microbatch (transformer/multi_token_prediction.py, gpt_model.py):
+    a transformer layer of the last layer's kind; enorm and hnorm keep their inputs; eh_proj keeps the
+    [s, b, 2h] concatenation; its own final norm, output layer and loss keep what the main head keeps; and
+    per token the rolled ids, labels and loss mask (int64), the loss's target (int64), mask (bool) and the
+    masked fp32 loss. Measured on CPU (tests/test_fidelity_megatron_activations.py)."""
+    act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
+    s = setup.seq_length / setup.layout.seq_shards
+    tokens = s * setup.micro_batch
+    rep = setup.layout.tp if setup.layout.sequence_parallel else 1
+    layer = sum(layer_terms(setup, setup.arch.num_layers - 1).values())
+    norms = sum(_norm_terms(setup, act, tokens / rep, False, 2).values())
+    concat = 2 * act * tokens / rep * setup.arch.hidden
+    head = logits_bytes(setup)[0]
+    return layer + norms + concat + head + (3 * 8 + 8 + 1 + 4) * tokens + 8
+
+
 def embedding_bytes(setup: TrainingJob) -> float:
     """First stage, per microbatch: token ids (int64), position ids, and the embedding dropout mask."""
     s = setup.seq_length / setup.layout.seq_shards

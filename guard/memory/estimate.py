@@ -92,15 +92,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     inv = rank_inventory(setup, chunks)
     states = model_states(setup, inv, dp_rank, chunks)
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
-    # per chunk, one microbatch: the layers; + the embedding edge; + the loss edge (final norm, head, loss),
-    # which the loss chunk keeps for every microbatch in flight there (interleaving can hold two)
-    sizes, with_embedding, with_edges, working = [], [], [], 0.0
-    for chunk in chunks:
-        stored, recompute_ws = acts.chunk_stored(setup, chunk.layers)
-        sizes.append(stored)
-        with_embedding.append(stored + (acts.embedding_bytes(setup) if chunk.embedding else 0.0))
-        with_edges.append(with_embedding[-1] + (logits_stored if chunk.loss else 0.0))
-        working = max(working, recompute_ws)
+    sizes, with_embedding, with_edges, working = _chunk_sizes(setup, chunks, logits_stored)
     stash, stash_all, stash_edges, inflight, pipe_buffers = _stash(setup, r, sizes, with_embedding, with_edges)
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
@@ -145,6 +137,21 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         stage.explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
                                                         logits_transient)
     return stage
+
+
+def _chunk_sizes(setup: TrainingJob, chunks, logits_stored: float):
+    """Per chunk, one microbatch: the layers (and MTP block); + the embedding edge; + the loss edge (final
+    norm, head, loss), which the loss chunk keeps for every microbatch in flight there (interleaving can hold
+    two); and the largest recompute working set."""
+    sizes, with_embedding, with_edges, working = [], [], [], 0.0
+    for chunk in chunks:
+        stored, recompute_ws = acts.chunk_stored(setup, chunk.layers)
+        stored += setup.mtp_in(chunk) * acts.mtp_bytes(setup)
+        sizes.append(stored)
+        with_embedding.append(stored + (acts.embedding_bytes(setup) if chunk.embedding else 0.0))
+        with_edges.append(with_embedding[-1] + (logits_stored if chunk.loss else 0.0))
+        working = max(working, recompute_ws)
+    return sizes, with_embedding, with_edges, working
 
 
 def _stash(setup: TrainingJob, r: int, sizes: list[float], with_embedding: list[float], with_edges: list[float]):

@@ -103,6 +103,8 @@ def rank_inventory(setup: TrainingJob, chunks: list[Chunk]) -> Inventory:
             inv.add(SHARDED, "word embeddings", vocab * arch.hidden / tp)
             if arch.position_embedding == "learned_absolute":
                 inv.add(REPLICATED, "position embeddings", arch.max_positions * arch.hidden)
+        if setup.mtp_in(chunk):
+            _add_mtp(inv, setup, chunk, setup.mtp_in(chunk))
         if chunk.loss:
             inv.add(REPLICATED, "final norm", norm_size(arch, arch.hidden))
             holds_embedding = any(c.embedding for c in chunks)
@@ -126,3 +128,20 @@ def padding_params(setup: TrainingJob, inv: Inventory) -> int:
     pad = (setup.vocab - setup.arch.vocab) * setup.arch.hidden / setup.layout.tp
     tables = sum(1 for (_, item) in inv.items if item.startswith(("word embeddings", "output layer")))
     return int(pad * tables)
+
+
+def _add_mtp(inv: Inventory, setup: TrainingJob, chunk: Chunk, n: int) -> None:
+    """Multi-token prediction (transformer/multi_token_prediction.py): per layer enorm, hnorm and a final
+    norm, eh_proj (2h -> h, column-parallel) and one transformer layer of the last decoder layer's kind;
+    GPTModel builds its own embedding on an MTP stage that has none (`pre_process or mtp_process`)."""
+    arch, tp = setup.arch, setup.layout.tp
+    for _ in range(n):
+        inv.add(REPLICATED, "MTP norms", 3 * norm_size(arch, arch.hidden))
+        inv.add(SHARDED, "MTP projection (eh_proj)", 2 * arch.hidden * arch.hidden / tp)
+        layer = Inventory()
+        add_layer(layer, arch, arch.num_layers - 1, tp, setup.layout.ep, setup.layout.expert_tp)
+        inv.merge(layer)
+    if not chunk.embedding:
+        inv.add(SHARDED, "word embeddings (MTP stage copy)", setup.vocab * arch.hidden / tp)
+        if arch.position_embedding == "learned_absolute":
+            inv.add(REPLICATED, "position embeddings (MTP stage copy)", arch.max_positions * arch.hidden)

@@ -58,6 +58,7 @@ def _config(case: dict):
         recompute_granularity=granularity, recompute_modules=case.get("recompute_modules"),
         recompute_method=case.get("recompute_method", "uniform") if granularity == "full" else None,
         recompute_num_layers=case.get("recompute_num_layers", 1) if granularity == "full" else None,
+        mtp_num_layers=case.get("mtp"),
     )
 
 
@@ -115,14 +116,16 @@ def build(case: dict):
     """The case's GPTModel in training mode, in its dtype."""
     import torch
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec, get_gpt_mtp_block_spec
 
     torch.manual_seed(0)
     norm = case.get("norm", "LayerNorm")
     spec = get_gpt_layer_local_spec(num_experts=case.get("experts"), moe_grouped_gemm=False, normalization=norm)
-    model = GPTModel(_config(case), spec, vocab_size=case["vocab"], max_sequence_length=case["seq"],
+    config = _config(case)
+    mtp = get_gpt_mtp_block_spec(config, spec, use_transformer_engine=False) if case.get("mtp") else None
+    model = GPTModel(config, spec, vocab_size=case["vocab"], max_sequence_length=case["seq"],
                      position_embedding_type=case.get("position", "learned_absolute"),
-                     share_embeddings_and_output_weights=True)
+                     share_embeddings_and_output_weights=True, mtp_block_spec=mtp)
     if case.get("dtype", "bf16") == "bf16":
         model = model.to(torch.bfloat16)
     return model.train()
@@ -132,19 +135,22 @@ def watch(model, where: list) -> None:
     """Keep where[0] at the place in the model that runs now (see Census)."""
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    layers = [m for m in model.decoder.modules() if isinstance(m, TransformerLayer)]  # not the MTP's layers
     for index, module in enumerate(layers):
         module.register_forward_pre_hook(lambda mod, args, i=index: where.__setitem__(0, ("layer", i)))
         module.register_forward_hook(lambda mod, args, out, i=index: where.__setitem__(0, ("between", i)))
     model.decoder.final_layernorm.register_forward_pre_hook(lambda mod, args: where.__setitem__(0, "final_norm"))
     model.decoder.register_forward_hook(lambda mod, args, out: where.__setitem__(0, "after"))
+    if getattr(model, "mtp", None) is not None:
+        model.mtp.register_forward_pre_hook(lambda mod, args, *rest: where.__setitem__(0, "mtp"), with_kwargs=True)
 
 
 def tally(census: Census, n: int, listing: bool) -> dict:
     """Sort the live storages by place, after the forward (discarded outputs are 0 bytes by now)."""
-    out = {"per_layer": [0] * n, "checkpoint": [0] * n, "shared": 0, "outside": 0, "shared_keys": set()}
+    out = {"per_layer": [0] * n, "checkpoint": [0] * n, "shared": 0, "outside": 0, "shared_keys": set(), "total": 0}
     listed = []
     for place, places, nbytes, tensor in census.live():
+        out["total"] += nbytes
         if len({p for p in places if isinstance(p, tuple)}) > 1:
             out["shared"] += nbytes
             out["shared_keys"].add(tensor.untyped_storage()._cdata)
@@ -169,7 +175,10 @@ def measure(case: dict, listing: bool) -> dict:
 
     from megatron.core import parallel_state as ps
 
+    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
+
     ps.get_global_memory_buffer().buffer.clear()  # each case sizes its own (the buffer only grows)
+    MTPLossLoggingHelper.tracker.clear()  # sized by the first MTP case's layer count
     model = build(case)
     census = Census({p.untyped_storage()._cdata for p in model.parameters()})
     watch(model, census.where)

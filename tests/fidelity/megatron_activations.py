@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from guard.megatron.from_script import job_from_argv
-from guard.memory.activations import chunk_stored
+from guard.memory.activations import chunk_stored, mtp_bytes
 from guard.memory.workspaces import global_memory_buffer
 from guard.job.from_megatron import read_megatron
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
@@ -51,6 +51,9 @@ CASES: dict[str, dict] = {
     # experts weighting their activation by the probabilities without the fused kernel (gelu cannot fuse it)
     "moe_gelu_unfused_bf16": dict(MOE, dispatcher="alltoall", swiglu=False, fused_act=False),
     "moe_swiglu_unfused_bf16": dict(MOE, dispatcher="alltoall", fused_act=False),
+    # multi-token prediction: what the MTP block and its loss add to the same model without it ("base")
+    "mtp1_gpt_bf16": dict(GPT, mtp=1, base="gpt_bf16_no_dropout"),
+    "mtp2_llama_gqa_bf16": dict(LLAMA, groups=2, mtp=2, base="llama_gqa_rope_swiglu_rmsnorm_bf16"),
 }
 
 
@@ -67,6 +70,8 @@ def megatron_flags(case: dict) -> str:
         flags.append(f"--group-query-attention --num-query-groups {case['groups']}")
     if case.get("swiglu"):
         flags.append("--swiglu")
+    if case.get("mtp"):
+        flags.append(f"--mtp-num-layers {case['mtp']}")
     if not case.get("fused_act", True):
         flags.append("--no-bias-swiglu-fusion" if case.get("swiglu") else "--no-bias-gelu-fusion")
     if case.get("norm"):
@@ -143,6 +148,15 @@ def rows_for(name: str, seen: dict) -> list[Row]:
     return rows
 
 
+def mtp_row(name: str, measured: dict) -> Row:
+    """The MTP block and its losses: all the case keeps for backward, less what its base case keeps."""
+    case = CASES[name]
+    added = measured[name]["total"] - measured[case["base"]]["total"]
+    return Row(f"megatron-core {name}", "multi-token prediction", case["mtp"] * mtp_bytes(predict(case)), added,
+               TOLERANCE, f"saved for backward beyond {case['base']}; {CPU_PATH}")
+
+
 def collect(workdir: Path) -> list[Row]:
     measured = measure(workdir)
-    return [row for name in CASES for row in rows_for(name, measured[name])]
+    rows = [row for name in CASES for row in rows_for(name, measured[name])]
+    return rows + [mtp_row(name, measured) for name in CASES if CASES[name].get("mtp")]

@@ -88,6 +88,11 @@ CASES: dict[str, tuple[dict, str]] = {
         "--sequence-parallel"),
     # expert-TP 1 under TP 2, EP 4 across TP x DP, every other layer MoE, expert biases, LayerNorm, learned
     # positions, tied over two stages (megatron-core refuses biases in shared experts)
+    # one multi-token prediction layer on the last stage, with the embedding copy GPTModel builds there
+    "gpt_mtp1_tp2_pp2": (
+        dict(world=4, tp=2, pp=2, layers=8, hidden=512, heads=8, ffn=2048, vocab=32000, **POS, mtp=1),
+        "--num-layers 8 --hidden-size 512 --num-attention-heads 8 --ffn-hidden-size 2048 --vocab-size 32000 "
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --mtp-num-layers 1"),
     "moe_tp2_etp1_ep4_pp2_bias_freq2": (
         dict(world=8, tp=2, pp=2, ep=4, etp=1, layers=4, hidden=256, heads=4, ffn=1024, vocab=32000, **POS,
              experts=8, moe_ffn=256, topk=2, moe_freq=2),
@@ -102,7 +107,7 @@ def guard_buckets(inventory) -> dict[str, int]:
     """guard's inventory in the probe's five buckets: embedding and head items moved out by their labels."""
     out = dict.fromkeys(BUCKETS, 0)
     for (bucket, item), count in inventory.items.items():
-        if item in ("word embeddings", "position embeddings"):
+        if item.startswith(("word embeddings", "position embeddings")):  # also the MTP stage's own copy
             bucket = "embedding"
         elif item.startswith("output layer") or item == "final norm":
             bucket = "head"

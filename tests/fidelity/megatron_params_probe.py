@@ -77,6 +77,7 @@ def _config(case: dict):
         moe_shared_expert_intermediate_size=case.get("shared_ffn"),
         expert_model_parallel_size=case.get("ep", 1), expert_tensor_parallel_size=case.get("etp"),
         num_layers_in_first_pipeline_stage=case.get("first"), num_layers_in_last_pipeline_stage=case.get("last"),
+        mtp_num_layers=case.get("mtp"),
     )
 
 
@@ -96,6 +97,7 @@ def _measure(case: dict) -> dict:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
 
     config = _config(case)
     vpp = case.get("vpp")
@@ -108,8 +110,12 @@ def _measure(case: dict) -> dict:
             vp_stage = stage if vpp else None
             pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
             post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+            spec = _spec(case, config, vp_stage)
+            # megatron-core's default places the MTP block on the last stage (pretrain_gpt's mtp_block_spec)
+            mtp = get_gpt_mtp_block_spec(config, spec, use_transformer_engine=False, vp_stage=vp_stage) \
+                if case.get("mtp") and post else None
             with torch.device("meta"):
-                model = GPTModel(config, _spec(case, config, vp_stage),
+                model = GPTModel(config, spec, mtp_block_spec=mtp,
                                  vocab_size=padded_vocab(case["vocab"], case["tp"]),
                                  max_sequence_length=case["max_pos"], pre_process=pre, post_process=post,
                                  share_embeddings_and_output_weights=not case.get("untied", False),
@@ -120,7 +126,7 @@ def _measure(case: dict) -> dict:
                 if bucket == "expert" and case.get("ep", 1) > 1:
                     assert param.allreduce is False, name  # megatron's own mark agrees with the name
                 counts[bucket] += param.numel()
-                layers += name.endswith("input_layernorm.weight")
+                layers += name.endswith("input_layernorm.weight") and not name.startswith("mtp.")
             chunks.append({"pre_process": pre, "post_process": post, "layers": layers})
     finally:
         dist.all_reduce, torch.Tensor.cuda = all_reduce, to_cuda
