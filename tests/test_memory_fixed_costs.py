@@ -26,10 +26,12 @@ def test_torch_workspace_size_follows_cublas_workspace_config():
     assert workspaces.torch_workspace(job) == 4096 * KIB * 2 + 16 * KIB * 8
 
 
-def test_torch_default_is_32_mib_on_sm90_only():
+def test_torch_default_is_32_mib_on_sm90_only_and_by_gfx_target_on_rocm():
     assert workspaces.torch_workspace(_job(gpu="H100")) == 32 * MIB
     assert workspaces.torch_workspace(_job(gpu="A100-80GB")) == 8 * MIB + 128 * KIB
     assert workspaces.torch_workspace(_job(gpu="GB200")) == 8 * MIB + 128 * KIB  # 10.0 is not sm_90
+    assert workspaces.torch_workspace(_job(gpu="MI300X")) == 128 * MIB  # ROCm gfx942
+    assert workspaces.torch_workspace(_job(gpu="MI250X")) == 32 * MIB  # ROCm gfx90a
 
 
 def test_two_torch_workspaces_and_one_transformer_engine_workspace():

@@ -14,9 +14,11 @@ from guard.memory import catalog
 from guard.units import KIB, MIB
 
 # torch aten/src/ATen/cuda/CublasHandlePool.cpp parseChosenWorkspaceSize: ":4096:2:16:8" (8 MiB + 128 KiB),
-# ":4096:8" (32 MiB) on sm_90 exactly; CUBLAS_WORKSPACE_CONFIG (":SIZE_KIB:COUNT" pairs, summed) wins.
+# ":4096:8" (32 MiB) on sm_90 exactly; on ROCm 32 MiB, 128 MiB on gfx94x/gfx95x; CUBLAS_WORKSPACE_CONFIG
+# (":SIZE_KIB:COUNT" pairs, summed) wins.
 TORCH_DEFAULT = 4096 * KIB * 2 + 16 * KIB * 8
 TORCH_SM90 = 4096 * KIB * 8
+TORCH_ROCM, TORCH_ROCM_GFX94 = 32 * MIB, 128 * MIB
 # The cuBLAS handle pool is per thread and the workspace map is keyed by (handle, stream): the forward runs on
 # the Python thread, autograd runs CUDA backward ops on its per-device thread, so two workspaces are live.
 # (cuBLASLt shares them: torch's unified workspace; before it, 1 MiB more per handle for bias-fused GEMMs.)
@@ -47,6 +49,8 @@ def torch_workspace(setup: TrainingJob) -> float:
     if pairs:
         return sum(int(size) * KIB * int(count) for size, count in pairs)
     cap = _capability(setup)
+    if cap and cap.startswith("gfx"):
+        return TORCH_ROCM_GFX94 if cap.startswith(("gfx94", "gfx95")) else TORCH_ROCM
     return TORCH_SM90 if cap in (None, "9.0") else TORCH_DEFAULT
 
 
