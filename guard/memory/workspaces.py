@@ -8,6 +8,7 @@ memory still allocated after the step, which is how the calibration runs see the
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import catalog
@@ -32,10 +33,14 @@ TE_GROUPED_STREAMS = 4
 
 
 def _capability(setup: TrainingJob) -> str | None:
-    if not setup.gpu:
-        return None
+    return _capability_of(setup.gpu) if setup.gpu else None
+
+
+@lru_cache(maxsize=16)
+def _capability_of(gpu: str) -> str | None:
+    """Once per GPU name: the planner prices every stage of hundreds of layouts."""
     try:
-        return (catalog.lookup(setup.gpu).entry or {}).get("compute_capability")
+        return (catalog.lookup(gpu).entry or {}).get("compute_capability")
     except ValueError:  # a size ("80GiB"), not a named GPU
         return None
 
