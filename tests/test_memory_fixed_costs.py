@@ -4,6 +4,8 @@ param_and_grad_buffer.py and fine_grained_activation_offload.py), worked by hand
 
 from __future__ import annotations
 
+import pytest
+
 from guard.job.from_inputs import JobInputs, read_job
 from guard.memory import workspaces
 from guard.memory.estimate import estimate_stage
@@ -133,3 +135,24 @@ def test_megatron_torch_softmax_keeps_fp32_probabilities():
     torch_path = estimate_stage(_job(f"{local} --no-masked-softmax-fusion"), 0).terms[layer]
     assert fused["softmax output"] == 2 * scores
     assert torch_path["softmax output"] == 4 * scores
+
+
+@pytest.mark.parametrize("flags", [
+    "--pipeline-model-parallel-size 2",
+    "--group-query-attention --num-query-groups 2 --swiglu --normalization RMSNorm --disable-bias-linear "
+    "--untie-embeddings-and-output-weights --position-embedding-type rope --tensor-model-parallel-size 2 "
+    "--qk-layernorm",
+    "--num-experts 4 --expert-model-parallel-size 2 --moe-ffn-hidden-size 128 "
+    "--moe-shared-expert-intermediate-size 256 --moe-layer-freq 2",
+    "--pipeline-model-parallel-size 2 --mtp-num-layers 1",
+    "--mtp-num-layers 2 --untie-embeddings-and-output-weights",
+])
+def test_muon_deals_every_parameter_the_inventory_counts(flags):
+    """Muon needs tensors one by one (params.py counts them by kind): both lists must hold the same parameters,
+    which megatron-core's models confirm for the inventory (tests/test_fidelity_megatron_params.py)."""
+    from guard.memory import muon
+    from guard.memory.params import rank_inventory
+
+    job = _job(f"--optimizer muon {flags}")
+    for chunks in job.chunks:
+        assert sum(n for n, _, _ in muon.stage_tensors(job, chunks)) == rank_inventory(job, chunks).total

@@ -49,6 +49,8 @@ def layer_tensors(arch: Architecture, index: int, tp: int, ep: int, etp: int) ->
         return out + _mlp(arch, arch.ffn_hidden, tp, False)
     experts = arch.num_experts or 0
     out.append((experts * h, True, False))  # the router's [E, h] weight: 2-D, so Muon's
+    if arch.linear_bias:
+        out.append((experts, False, False))
     for _ in range(experts // ep):
         out += _mlp(arch, arch.moe_ffn_hidden or arch.ffn_hidden, etp, True)
     if arch.shared_expert_ffn:
@@ -69,11 +71,27 @@ def stage_tensors(setup: TrainingJob, chunks: list[Chunk]) -> list[Tensor]:
                 out.append((arch.max_positions * h, True, False))
         for i in chunk.layers:
             out += layer_tensors(arch, i, lay.tp, lay.ep, lay.expert_tp)
+        out += _mtp_tensors(setup, chunk)
         if chunk.loss:
             out += _norm(arch, h)
             if not arch.tied_embeddings or not holds_embedding:
                 out.append((vocab_part, False, False))
     return [t for t in out if t[1]] + [t for t in out if not t[1]]
+
+
+def _mtp_tensors(setup: TrainingJob, chunk: Chunk) -> list[Tensor]:
+    """The MTP block params.py prices (enorm, hnorm, final norm, eh_proj, a layer of the last layer's kind) and
+    the embedding GPTModel builds on an MTP stage without one (the word embeddings flagged, positions not)."""
+    arch, lay = setup.arch, setup.layout
+    n, out = setup.mtp_in(chunk), []
+    for _ in range(n):
+        out += _norm(arch, arch.hidden) * 3 + [(2 * arch.hidden * arch.hidden // lay.tp, True, False)]
+        out += layer_tensors(arch, arch.num_layers - 1, lay.tp, lay.ep, lay.expert_tp)
+    if n and not chunk.embedding:
+        out.append((setup.vocab * arch.hidden // lay.tp, False, False))
+        if arch.position_embedding == "learned_absolute":
+            out.append((arch.max_positions * arch.hidden, True, False))
+    return out
 
 
 def state_bytes(tensor: Tensor, master: int) -> int:
