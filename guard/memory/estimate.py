@@ -146,7 +146,8 @@ def _chunk_sizes(setup: TrainingJob, chunks, logits_stored: float):
     sizes, with_embedding, with_edges, working = [], [], [], 0.0
     for chunk in chunks:
         stored, recompute_ws = acts.chunk_stored(setup, chunk.layers)
-        stored += setup.mtp_in(chunk) * acts.mtp_bytes(setup)
+        mtp = setup.mtp_in(chunk)
+        stored += mtp * acts.mtp_bytes(setup) if mtp else 0.0
         sizes.append(stored)
         with_embedding.append(stored + (acts.embedding_bytes(setup) if chunk.embedding else 0.0))
         with_edges.append(with_embedding[-1] + (logits_stored if chunk.loss else 0.0))

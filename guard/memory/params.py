@@ -103,8 +103,8 @@ def rank_inventory(setup: TrainingJob, chunks: list[Chunk]) -> Inventory:
             inv.add(SHARDED, "word embeddings", vocab * arch.hidden / tp)
             if arch.position_embedding == "learned_absolute":
                 inv.add(REPLICATED, "position embeddings", arch.max_positions * arch.hidden)
-        if setup.mtp_in(chunk):
-            _add_mtp(inv, setup, chunk, setup.mtp_in(chunk))
+        if mtp := setup.mtp_in(chunk):
+            _add_mtp(inv, setup, chunk, mtp)
         if chunk.loss:
             inv.add(REPLICATED, "final norm", norm_size(arch, arch.hidden))
             holds_embedding = any(c.embedding for c in chunks)
