@@ -76,11 +76,35 @@ class Checker:
                 self.skipped.append((path, "looks like JSON or YAML but does not parse"))
                 return [], False
             return self._unreadable(path, err)
+        from guard.finetune.config import read as read_training_config
+
+        training = read_training_config(doc)
+        if training is not None:
+            return self._filter(self._check_training(training), doc.comments), False
         if not explicit and find_deepspeed(doc, self.top_level_keys) is None:
             self.skipped.append((path, "JSON/YAML without a DeepSpeed key"))
             return [], False
         framework = "megatron-deepspeed" if os.path.realpath(path) in self.mds_configs else None
         return self._filter(self._check_document(doc, explicit, framework=framework), doc.comments), False
+
+    def _check_training(self, training) -> list[Diagnostic]:
+        """A LLaMA-Factory / axolotl / TRL config: the pair rules, then the DeepSpeed file it names, judged as the
+        HF Trainer hands it to DeepSpeed ("auto" filled from the training config)."""
+        from dataclasses import replace
+
+        from guard.rules import finetune_context
+
+        ctx = finetune_context.build(training, self.settings.world_size, load_document)
+        for registered in CHECKS:
+            if registered.target == "finetune" and any(self._wanted(r.code) for r in registered.rules):
+                registered.fn(ctx)
+        diags = list(ctx.diagnostics)
+        if ctx.ds_doc is not None and ctx.ds_filled is not None:
+            filled = replace(ctx.ds_doc, data=ctx.ds_filled)
+            diags += self._filter(self._check_document(filled, explicit=True, framework="hf"), ctx.ds_doc.comments)
+        elif ctx.ds_error is not None:
+            diags += self._unreadable(*ctx.ds_error)[0]
+        return diags
 
     def _unreadable(self, path: str, err: SourceError) -> tuple[list[Diagnostic], bool]:
         """GRD001 for a file that cannot be read (exit 2), GRD002 for one that cannot be parsed."""
@@ -96,6 +120,8 @@ class Checker:
                        version=self.version, version_text=self.version_text,
                        origin=view.origin if view else {})
         self._judge_context(ctx)
+        if framework == "hf":  # named by a training config: the HF Trainer fills its "auto" values
+            ctx.context, ctx.context_reason = "hf", "named by an HF fine-tuning config"
         ctx.framework = framework or ("hf" if ctx.context == "hf" else "megatron-deepspeed"
                                       if self.settings.context == "megatron-deepspeed" else "deepspeed")
         if not world_size:  # a heredoc: its data-parallel size is the job's, not --world-size

@@ -15,7 +15,7 @@ def test_codes_names_and_docs_have_one_shape():
     load_all()
     assert len(RULES) >= 30
     for code, rule in RULES.items():
-        assert re.fullmatch(r"(GRD|DS|ACC|MLM|MDS|LCH|SH|MEM)\d{3}", code), code
+        assert re.fullmatch(r"(GRD|DS|ACC|FT|MLM|MDS|LCH|SH|MEM)\d{3}", code), code
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+", rule.name), rule.name
         for part in (rule.summary, rule.what, rule.why, rule.example, rule.use_instead):
             assert part.strip(), f"{code} has an empty doc section"

@@ -71,16 +71,65 @@ def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
     if not configs:
         raise InputError("nothing to estimate: give a launch script, --megatron-args, or --deepspeed "
                          "with --hf-config/--model")
+    doc = _load_config(configs[0])
+    from guard.finetune.config import read as read_training_config
+
+    training = read_training_config(doc)
+    if training is not None:
+        return _finetune_job(training, arch, settings)
     if arch is None:
         raise InputError("a DeepSpeed config does not describe the model: give --hf-config or --model")
-    return _deepspeed_job(inputs, configs[0], arch, settings)
+    return _deepspeed_job(inputs, configs[0], arch, settings, doc)
 
 
-def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings) -> JobSource:
+def _finetune_job(ft, arch, settings: Settings) -> JobSource:
+    """A LLaMA-Factory / axolotl / TRL training config: the model it names (unless --hf-config/--model),
+    the DeepSpeed file it names, the world from --world-size (else one process, said so)."""
+    import os
+
+    from guard.finetune import model_ref
+    from guard.job.from_finetune import read_finetune
+    from guard.job.layout import DEFAULT_GPUS_PER_NODE
+
+    model_origin = Origin("cli", "--hf-config / --model")
+    if arch is None:
+        name = ft.get("model")
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{ft.path}: no {ft.dialect.keys['model']}: give --hf-config or --model")
+        try:
+            arch, found = model_ref.resolve(name, os.path.dirname(ft.path))
+        except (model_ref.UnknownModel, hf_config_error()) as err:
+            span = ft.span("model", value=True)
+            raise InputError(f"{ft.path}:{span.line}:{span.col}: {err}") from None
+        model_origin = Origin("key", f"{ft.dialect.keys['model']} {name} -> {found}", ft.path,
+                              ft.span("model").line, ft.span("model").col)
+    world, world_origin = settings.world_size, settings_origin(settings)
+    if not world:
+        world, world_origin = 1, Origin("default", "world size", reason="one process: give --world-size N")
+
+    def load(path):
+        doc = _load_config(path)
+        return doc.data, lambda *p: (path, doc.span(pointer_of(p)))
+
+    try:
+        job = read_finetune(ft, arch, world, world_origin, load_config=load,
+                            gpus_per_node=settings.gpus_per_node or DEFAULT_GPUS_PER_NODE)
+    except IncompleteJob as err:
+        raise InputError(str(err)) from None
+    job.origins["model"] = model_origin
+    return JobSource(job)
+
+
+def hf_config_error():
+    from guard.job.hf_config import HfConfigError
+
+    return HfConfigError
+
+
+def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings, doc) -> JobSource:
     from guard.job.from_deepspeed import read_deepspeed
     from guard.job.layout import DEFAULT_GPUS_PER_NODE
 
-    doc = _load_config(path)
     config, locate, world, world_origin = _config_and_world(doc, path, settings)
     if not world:
         raise InputError("give --world-size N for a DeepSpeed config")

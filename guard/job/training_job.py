@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from guard.job.adapter import Adapter
 from guard.job.architecture import Architecture
 from guard.job.layout import ParallelLayout
 from guard.job.origin import Origin
@@ -58,6 +59,8 @@ class TrainingJob:
     param_groups: list[list[int]] | None = None  # numel of each tensor per optimizer group (ZeRO's flat layout)
     ds_pipeline: bool = False  # DeepSpeed's pipeline engine schedule
     frozen: tuple[str, ...] = ()  # parts whose weights get no gradient or optimizer state ("language model", ...)
+    adapter: Adapter | None = None  # LoRA/QLoRA: only the adapter trains; the base is frozen (maybe quantized)
+    hf_ddp: bool = False  # the HF Trainer without DeepSpeed: torch DDP over every rank, no ZeRO
     # activations
     recompute: str = "none"  # none | selective | full
     recompute_method: str = "uniform"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from guard.job.adapter import trainable_count
 from guard.job.training_job import TrainingJob
 from guard.memory import activations as acts
 from guard.memory import megatron_fsdp, overheads, schedule
@@ -50,6 +51,12 @@ class Estimate:
     gpu: Gpu | None
     stages: list[StageEstimate]
     param_count: int
+
+    @property
+    def trainable_param_count(self) -> int:
+        """What trains: the adapter under LoRA (peft's "trainable params"), else every parameter."""
+        adapter = self.setup.adapter
+        return trainable_count(adapter, self.setup.arch) if adapter else self.param_count
 
     @property
     def ranks_per_stage(self) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from guard.job.stages import Chunk
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory import megatron_fsdp, muon, zero_paths
+from guard.memory import adapter_states, megatron_fsdp, muon, zero_paths
 from guard.memory.overheads import zero_bucket
 from guard.memory.params import Inventory
 from guard.memory.zero_layout import ZeroLayout, largest_tensor, layout_for, zero_layout
@@ -149,7 +149,9 @@ def _zero_terms(setup: TrainingJob, out: States, psi: int, groups: list[list[int
         out.step_terms = {"fp32 gradient copies": psi * 4 if low else 0}
         return psi
     grad_elems = max(layout.grad_buffers) if dp_rank is None else layout.grad_buffers[dp_rank]
-    out.terms = {"parameters": (layout.flat if stage < 3 else part) * p_b, "gradients": grad_elems * p_b,
+    # the gradient partitions are in the config's dtype (grad_accum_dtype), even for parameters kept fp32
+    out.terms = {"parameters": (layout.flat if stage < 3 else part) * p_b,
+                 "gradients": grad_elems * DTYPE_BYTES[setup.grads_dtype],
                  "fp32 master weights": part * 4, "optimizer moments": part * moments}
     if stage == 3:  # one fp32 buffer sized for the largest sub-group, reused by each
         step_tensor = min(int(setup.zero_buckets.get("sub_group_size", 1e9)), layout.largest_group_partition)
@@ -206,6 +208,8 @@ def _stage12_step_group(setup: TrainingJob, groups: list[list[int]] | None, psi:
 def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
                  chunks: list[Chunk] | None = None) -> States:
     """dp_rank None: the data-parallel rank that holds the most; chunks: the stage's (Muon deals their tensors)."""
+    if setup.adapter is not None:
+        return _adapter_states(setup, dp_rank)
     out = megatron_states(setup, inv, chunks, dp_rank) if setup.framework == "megatron" else \
         zero_states(setup, inv, dp_rank)
     if "language model" in setup.frozen:
@@ -216,4 +220,29 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
         out.terms = {k: v for k, v in out.terms.items() if k == "parameters"}
         out.step_terms, out.host_terms, out.reduce_terms = {}, {}, {}
         out.explain.append("the language model is frozen (--freeze-LM): no gradients, no optimizer state")
+    return out
+
+
+def _adapter_states(setup: TrainingJob, dp_rank: int | None) -> States:
+    """LoRA / QLoRA (adapter_states.py): the optimizer's states over the adapter, plus the frozen base."""
+    sub, inv = adapter_states.adapter_job(setup)
+    out = zero_states(sub, inv, dp_rank)
+    out.explain[0] = out.explain[0].replace("ZeRO-0 over", "no ZeRO (torch DDP) over") if setup.hf_ddp \
+        else out.explain[0]
+    out.terms["trainable adapter parameters"] = out.terms.pop("parameters", 0)
+    buckets = adapter_states.ddp_buckets(setup, inv.total)
+    if buckets:
+        out.terms["DDP gradient buckets (a copy of the gradients)"] = buckets
+    frozen = {k: v for k, v in adapter_states.frozen_bytes(setup).items() if v}
+    out.terms.update(frozen)
+    if setup.offload_param != "none" and setup.zero_stage == 3 and not setup.hf_ddp:  # ZeRO-Infinity moves them too
+        for key in frozen:
+            out.host_terms[key] = out.terms.pop(key)
+        out.host = sum(out.host_terms.values())
+        frozen = {}
+    out.params = out.terms["trainable adapter parameters"] + sum(frozen.values())
+    out.grads = out.terms.get("gradients", 0) + buckets
+    out.explain.append(f"LoRA r={setup.adapter.rank} on {', '.join(setup.adapter.targets)}: {inv.total:,} trainable "
+                       f"parameters in {adapter_states.trainable_dtype(setup)}; frozen base "
+                       + ", ".join(f"{k} {v:,} B" for k, v in frozen.items()))
     return out

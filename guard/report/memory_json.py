@@ -22,7 +22,8 @@ def to_dict(est: Estimate) -> dict:
                                                ("tp_sharded", "tp_replicated", "expert")}})
     peak = est.peak_stage
     return {
-        "model": {"param_count": est.param_count, "name": s.arch.name, "vocab_padded": s.vocab},
+        "model": {"param_count": est.param_count, "trainable_param_count": est.trainable_param_count,
+                  "name": s.arch.name, "vocab_padded": s.vocab, "adapter": _adapter(s.adapter)},
         "layout": {**s.layout.as_dict(), "sequence_parallel": s.layout.sequence_parallel,
                    "micro_batch_size": s.micro_batch, "num_microbatches": s.num_microbatches,
                    "seq_length": s.seq_length, "framework": s.framework, "zero_stage": s.zero_stage,
@@ -36,6 +37,13 @@ def to_dict(est: Estimate) -> dict:
         "notes": s.notes,
         "origins": {key: origin.describe() for key, origin in sorted(s.origins.items())},
     }
+
+
+def _adapter(adapter) -> dict | None:
+    if adapter is None:
+        return None
+    return {"method": adapter.method, "rank": adapter.rank, "alpha": adapter.alpha, "dropout": adapter.dropout,
+            "targets": list(adapter.targets), "quant_bits": adapter.quant_bits, "double_quant": adapter.double_quant}
 
 
 def _unmodelled(job, feature: str, setting: str) -> dict:

@@ -72,9 +72,16 @@ def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False
         layout += f", VPP {lay.vpp}"
     if s.arch.is_moe:
         layout += f", EP {lay.ep}, expert-TP {lay.expert_tp}"
-    states = (f"ZeRO-{s.zero_stage}" if s.framework != "megatron" else
+    states = ("torch DDP, no ZeRO" if s.hf_ddp else f"ZeRO-{s.zero_stage}" if s.framework != "megatron" else
               "distributed optimizer" if s.distributed_optimizer else "replicated optimizer")
     out.write(f"layout: {layout}; {s.framework}, {s.params_dtype}, {states}\n")
+    if s.adapter:
+        a = s.adapter
+        quant = f", base {a.quant_bits}-bit" + (" (double quant)" if a.double_quant and a.quant_bits == 4 else "") \
+            if a.quant_bits else ""
+        out.write(f"adapter: {a.method} r={a.rank} alpha={a.alpha:g} dropout={a.dropout:g} on {','.join(a.targets)}"
+                  f"{quant}; {est.trainable_param_count:,} trainable of {est.param_count:,} "
+                  f"({100 * est.trainable_param_count / est.param_count:.4f}%)\n")
     out.write(f"batch: seq {s.seq_length}, micro batch {s.micro_batch}, {s.num_microbatches} microbatches/step; "
               f"recompute {s.recompute}; attention {s.attention}"
               f"{', sequence parallel' if lay.sequence_parallel else ''}\n")

@@ -18,6 +18,7 @@ FAMILIES = (
     "ds_scheduler",
     "ds_misc",
     "accelerate",
+    "finetune",
     "mlm_args",
     "mlm_parallel",
     "mlm_shape",

@@ -1,0 +1,122 @@
+"""A fine-tuning framework's training config read once: each canonical value, written or defaulted, located."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from guard.diagnostic import FILE_START, Span
+from guard.finetune.dialects import Dialect, detect
+from guard.job.origin import Origin
+from guard.sources.document import Document, escape
+
+TRUE = {"true", "1", "yes", "on"}
+
+
+@dataclass
+class FineTuneConfig:
+    dialect: Dialect
+    doc: Document
+    values: dict[str, Any] = field(default_factory=dict)  # canonical field -> value (written, else default)
+    written: dict[str, str] = field(default_factory=dict)  # canonical field -> the key as written
+
+    @property
+    def path(self) -> str:
+        return self.doc.path
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name, self.dialect.defaults.get(name))
+
+    def span(self, name: str, value: bool = False) -> Span:
+        key = self.written.get(name)
+        return self.doc.span("/" + escape(key), key=not value) if key else FILE_START
+
+    def origin(self, name: str) -> Origin:
+        key = self.written.get(name)
+        if key is None:
+            return Origin("default", self.dialect.keys.get(name, name),
+                          reason=f"{self.dialect.title}'s default {self.get(name)!r}")
+        span = self.span(name)
+        return Origin("key", key, self.path, span.line, span.col, "/" + escape(key))
+
+    # -- what the values mean ------------------------------------------------------------------------
+    def flag(self, name: str) -> bool:
+        value = self.get(name)
+        return value.strip().lower() in TRUE if isinstance(value, str) else bool(value)
+
+    @property
+    def method(self) -> str:
+        """"full", "freeze", "lora" or "qlora" (a LoRA over a quantized base)."""
+        raw = self.get("method")
+        if self.dialect.name == "trl":
+            kind = "lora" if self.flag("method") else "full"
+        elif self.dialect.name == "axolotl":
+            kind = str(raw).lower() if raw else "full"
+        else:
+            kind = str(raw or "lora").lower()
+        if kind == "oft":
+            return kind
+        return "qlora" if kind in ("lora", "qlora") and self.quant_bits else kind
+
+    @property
+    def quant_bits(self) -> int | None:
+        if self.dialect.name == "llamafactory":
+            bits = self.get("quant_bits")
+            return bits if isinstance(bits, int) and not isinstance(bits, bool) else None
+        return 4 if self.flag("load_in_4bit") else 8 if self.flag("load_in_8bit") else None
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        if self.dialect.name == "llamafactory":
+            return not self.flag("no_gradient_checkpointing")
+        value = self.get("gradient_checkpointing")
+        return value not in (False, None, "false", "False")  # axolotl's "offload" modes checkpoint too
+
+    @property
+    def reentrant(self) -> bool:
+        if self.dialect.name == "llamafactory":
+            return self.flag("use_reentrant")
+        kwargs = self.get("gradient_checkpointing_kwargs")
+        if isinstance(kwargs, dict) and "use_reentrant" in kwargs:
+            return bool(kwargs["use_reentrant"])
+        return False  # axolotl core/builders/base.py; transformers 5 modeling_utils: {"use_reentrant": False}
+
+    @property
+    def lora_rank(self) -> int:
+        rank = self.get("lora_rank")
+        return rank if isinstance(rank, int) and rank > 0 else 8  # peft LoraConfig(r=8)
+
+    @property
+    def lora_alpha(self) -> float:
+        alpha = self.get("lora_alpha")
+        if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
+            return alpha
+        return 2 * self.lora_rank if self.dialect.name == "llamafactory" else 8  # finetuning_args / peft default
+
+    @property
+    def lora_target(self):
+        if self.dialect.name == "axolotl" and self.flag("lora_target_linear"):
+            return "all-linear"
+        return self.get("lora_target")
+
+    def precision(self) -> str:
+        """The training dtype the config asks for: bf16, fp16 or fp32 (axolotl's "auto": bf16)."""
+        bf16 = self.get("bf16")
+        if bf16 == "auto" or self.flag("bf16"):
+            return "bf16"
+        return "fp16" if self.flag("fp16") else "fp32"
+
+
+def read(doc: Document) -> FineTuneConfig | None:
+    """The training config in `doc`, or None when it is not one guard knows."""
+    dialect = detect(doc.data)
+    if dialect is None:
+        return None
+    config = FineTuneConfig(dialect, doc)
+    for name, key in dialect.keys.items():
+        if key in doc.data:
+            config.values[name] = doc.data[key]
+            config.written[name] = key
+    if dialect.name == "trl" and "seq_len" not in config.written and "max_seq_length" in doc.data:
+        config.values["seq_len"], config.written["seq_len"] = doc.data["max_seq_length"], "max_seq_length"
+    return config

@@ -1,0 +1,89 @@
+"""Which keys of a LLaMA-Factory, axolotl or TRL / HF Trainer training config say what, and each one's default.
+
+Defaults are the frameworks' own (commits recorded in docs/finetune.md):
+- LLaMA-Factory ff6d4d12: hparams/model_args.py, finetuning_args.py, data_args.py, and the HF
+  TrainingArguments it extends.
+- axolotl 067b021c: utils/schemas/config.py, training.py, peft.py; core/builders/base.py
+  (gradient_checkpointing_kwargs default {"use_reentrant": False}); loaders/model.py (QLoRA's
+  BitsAndBytesConfig: double quantization on, quant_storage bf16).
+- TRL f2cd5771: trainer/model_config.py (lora_r 16, lora_alpha 32, lora_dropout 0.05), sft_config.py
+  (max_length 1024, packing false, gradient_checkpointing true); transformers 5.24 TrainingArguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# transformers TrainingArguments defaults shared by all three (training_args.py)
+HF_TRAINER = {"micro_batch": 8, "grad_accum": 1, "bf16": False, "fp16": False, "max_grad_norm": 1.0,
+              "learning_rate": 5e-5, "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999,
+              "adam_epsilon": 1e-8, "save_only_model": False, "deepspeed": None, "gradient_checkpointing": False,
+              "use_reentrant": False}
+# canonical field -> the key that writes it, where the frameworks agree with TrainingArguments
+TRAINER_KEYS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
+                "bf16": "bf16", "fp16": "fp16", "max_grad_norm": "max_grad_norm", "learning_rate": "learning_rate",
+                "weight_decay": "weight_decay", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
+                "adam_epsilon": "adam_epsilon", "save_only_model": "save_only_model", "deepspeed": "deepspeed",
+                "gradient_checkpointing": "gradient_checkpointing"}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str  # "llamafactory", "axolotl", "trl"
+    title: str
+    keys: dict[str, str]  # canonical field -> key
+    defaults: dict[str, Any]  # canonical field -> the framework's default
+
+
+LLAMAFACTORY = Dialect("llamafactory", "LLaMA-Factory", {
+    **TRAINER_KEYS, "model": "model_name_or_path", "method": "finetuning_type", "lora_rank": "lora_rank",
+    "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout", "lora_target": "lora_target",
+    "quant_bits": "quantization_bit", "quant_method": "quantization_method", "double_quant": "double_quantization",
+    "seq_len": "cutoff_len", "packing": "packing", "no_gradient_checkpointing": "disable_gradient_checkpointing",
+    "use_reentrant": "use_reentrant_gc", "stage": "stage"},
+    {**HF_TRAINER, "method": "lora", "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": "all",
+     "quant_bits": None, "quant_method": "bnb", "double_quant": True, "seq_len": 2048, "packing": None,
+     "no_gradient_checkpointing": False, "use_reentrant": True, "stage": "sft"})
+
+AXOLOTL = Dialect("axolotl", "axolotl", {
+    **TRAINER_KEYS, "model": "base_model", "method": "adapter", "lora_rank": "lora_r", "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout", "lora_target": "lora_target_modules", "lora_target_linear": "lora_target_linear",
+    "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "seq_len": "sequence_len",
+    "micro_batch": "micro_batch_size", "packing": "sample_packing",
+    "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs"},
+    {**HF_TRAINER, "method": None, "lora_rank": None, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": None,
+     "lora_target_linear": None, "load_in_4bit": False, "load_in_8bit": False, "double_quant": True,
+     "seq_len": 512, "micro_batch": 1, "bf16": "auto", "packing": None, "gradient_checkpointing_kwargs": None})
+
+TRL = Dialect("trl", "TRL / HF Trainer", {
+    **TRAINER_KEYS, "model": "model_name_or_path", "method": "use_peft", "lora_rank": "lora_r",
+    "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout", "lora_target": "lora_target_modules",
+    "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "double_quant": "use_bnb_nested_quant",
+    "seq_len": "max_length", "packing": "packing", "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs"},
+    {**HF_TRAINER, "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
+     "load_in_4bit": False, "load_in_8bit": False, "double_quant": False, "seq_len": 1024, "packing": False,
+     "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None})
+
+LLAMAFACTORY_MARKERS = {"finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit",
+                        "disable_gradient_checkpointing"}
+AXOLOTL_MARKERS = {"base_model", "sequence_len", "micro_batch_size", "adapter", "lora_target_linear",
+                   "sample_packing", "datasets"}
+TRL_MARKERS = {"per_device_train_batch_size", "use_peft", "max_length", "max_seq_length", "output_dir",
+               "num_train_epochs"}
+
+
+def detect(data: Any) -> Dialect | None:
+    """The framework a training config is written for, by its keys (None: not a training config)."""
+    if not isinstance(data, dict):
+        return None
+    keys = set(data)
+    if "zero_optimization" in keys or "train_micro_batch_size_per_gpu" in keys:  # a DeepSpeed config
+        return None
+    if "model_name_or_path" in keys and keys & LLAMAFACTORY_MARKERS:
+        return LLAMAFACTORY
+    if "base_model" in keys and len(keys & AXOLOTL_MARKERS) >= 2:
+        return AXOLOTL
+    if keys & {"model_name_or_path", "deepspeed"} and keys & TRL_MARKERS:
+        return TRL
+    return None
