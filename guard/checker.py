@@ -76,11 +76,11 @@ class Checker:
                 self.skipped.append((path, "looks like JSON or YAML but does not parse"))
                 return [], False
             return self._unreadable(path, err)
-        from guard.finetune.config import read as read_training_config
+        from guard.job.finetune_config import read as read_training_config
 
         training = read_training_config(doc)
         if training is not None:
-            return self._filter(self._check_training(training), doc.comments), False
+            return self._check_training(training), False
         if not explicit and find_deepspeed(doc, self.top_level_keys) is None:
             self.skipped.append((path, "JSON/YAML without a DeepSpeed key"))
             return [], False
@@ -89,7 +89,8 @@ class Checker:
 
     def _check_training(self, training) -> list[Diagnostic]:
         """A LLaMA-Factory / axolotl / TRL config: the pair rules, then the DeepSpeed file it names, judged as the
-        HF Trainer hands it to DeepSpeed ("auto" filled from the training config)."""
+        HF Trainer hands it to DeepSpeed ("auto" filled from the training config); each file's findings filtered
+        by its own suppression comments."""
         from dataclasses import replace
 
         from guard.rules import finetune_context
@@ -98,7 +99,7 @@ class Checker:
         for registered in CHECKS:
             if registered.target == "finetune" and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(ctx)
-        diags = list(ctx.diagnostics)
+        diags = self._filter(ctx.diagnostics, training.doc.comments)
         if ctx.ds_doc is not None and ctx.ds_filled is not None:
             filled = replace(ctx.ds_doc, data=ctx.ds_filled)
             diags += self._filter(self._check_document(filled, explicit=True, framework="hf"), ctx.ds_doc.comments)

@@ -14,7 +14,7 @@ LAYERS = [
     ["guard", "guard.diagnostic", "guard.resources", "guard.inputs", "guard.settings", "guard.units"],
     ["guard.sources", "guard.shell", "guard.deepspeed_schema", "guard.deepspeed_target"],
     ["guard.megatron"],
-    ["guard.job", "guard.finetune"],
+    ["guard.job"],
     ["guard.memory"],
     ["guard.plan"],
     ["guard.rules", "guard.selection", "guard.check_result"],

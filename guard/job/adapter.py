@@ -75,8 +75,3 @@ def trainable_count(adapter: Adapter, arch: Architecture) -> int:
     """What peft prints as "trainable params": r x (in + out) per wrapped module and layer."""
     return sum(n for _, n in adapter_tensors(adapter, arch))
 
-
-def wrapped_elements(adapter: Adapter, arch: Architecture) -> int:
-    """Weights of the base layers the adapter wraps, over the model (what QLoRA quantizes is every linear
-    layer; this is the part an adapter touches)."""
-    return arch.num_layers * sum(i * o for name, i, o in linear_modules(arch) if name in adapter.targets)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from guard.finetune import trainer_fill
-from guard.finetune.config import FineTuneConfig
+from guard.job import trainer_fill
+from guard.job.finetune_config import FineTuneConfig
 from guard.job.adapter import Adapter, adapter_tensors, resolve_targets, supports
 from guard.job.architecture import Architecture
 from guard.job.from_deepspeed import read_deepspeed

@@ -72,7 +72,7 @@ def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
         raise InputError("nothing to estimate: give a launch script, --megatron-args, or --deepspeed "
                          "with --hf-config/--model")
     doc = _load_config(configs[0])
-    from guard.finetune.config import read as read_training_config
+    from guard.job.finetune_config import read as read_training_config
 
     training = read_training_config(doc)
     if training is not None:
@@ -87,8 +87,9 @@ def _finetune_job(ft, arch, settings: Settings) -> JobSource:
     the DeepSpeed file it names, the world from --world-size (else one process, said so)."""
     import os
 
-    from guard.finetune import model_ref
+    from guard.job import model_ref
     from guard.job.from_finetune import read_finetune
+    from guard.job.hf_config import HfConfigError
     from guard.job.layout import DEFAULT_GPUS_PER_NODE
 
     model_origin = Origin("cli", "--hf-config / --model")
@@ -98,7 +99,7 @@ def _finetune_job(ft, arch, settings: Settings) -> JobSource:
             raise InputError(f"{ft.path}: no {ft.dialect.keys['model']}: give --hf-config or --model")
         try:
             arch, found = model_ref.resolve(name, os.path.dirname(ft.path))
-        except (model_ref.UnknownModel, hf_config_error()) as err:
+        except (model_ref.UnknownModel, HfConfigError) as err:
             span = ft.span("model", value=True)
             raise InputError(f"{ft.path}:{span.line}:{span.col}: {err}") from None
         model_origin = Origin("key", f"{ft.dialect.keys['model']} {name} -> {found}", ft.path,
@@ -119,11 +120,6 @@ def _finetune_job(ft, arch, settings: Settings) -> JobSource:
     job.origins["model"] = model_origin
     return JobSource(job)
 
-
-def hf_config_error():
-    from guard.job.hf_config import HfConfigError
-
-    return HfConfigError
 
 
 def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings, doc) -> JobSource:

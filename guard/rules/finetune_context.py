@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.diagnostic import Diagnostic, Related
-from guard.finetune import model_ref, trainer_fill
-from guard.finetune.config import FineTuneConfig
+from guard.job import model_ref, trainer_fill
+from guard.job.finetune_config import FineTuneConfig
 from guard.job.architecture import Architecture
 from guard.job.hf_config import HfConfigError
 from guard.rules.registry import Rule

@@ -10,9 +10,6 @@ guard terms that price it. Two things are left out of both sides, by name: the A
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +20,7 @@ from guard.job.hf_config import from_dict
 from guard.memory.params import rank_inventory
 from guard.memory.states import zero_states
 from guard.memory.zero_paths import WAITING, gradient_path
-from tests.fidelity.launch import run_bounded
+from tests.fidelity.launch import run_torchrun_probe
 from tests.fidelity.rows import Row
 
 PROBE = Path(__file__).with_name("deepspeed_zero_probe.py")
@@ -88,17 +85,8 @@ def cases(world: int) -> dict[str, dict]:
 
 def measure(world: int, workdir: Path) -> list[dict]:
     """Run the probe on `world` CPU ranks; one dict per rank: case name -> measurements."""
-    out = workdir / f"world{world}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cases.json").write_text(json.dumps({"model": MODEL, "cases": cases(world)}))
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    # --standalone: the rendezvous and the ranks' store listen on ports the OS picks and torchrun holds, so two
-    # runs at once cannot collide (a fixed --master-port failed the second one: EADDRINUSE)
-    proc = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-                        str(PROBE), str(out / "cases.json"), str(out)], timeout=LAUNCH_TIMEOUT, env=env, cwd=out)
-    if proc.returncode:
-        raise RuntimeError(f"deepspeed probe on {world} ranks failed:\n{proc.stderr[-3000:]}")
-    return [json.loads((out / f"{rank}.json").read_text()) for rank in range(world)]
+    return run_torchrun_probe(PROBE, world, {"model": MODEL, "cases": cases(world)}, workdir / f"world{world}",
+                              LAUNCH_TIMEOUT)
 
 
 def ds_config(case: dict) -> dict:

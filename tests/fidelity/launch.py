@@ -63,3 +63,17 @@ def run_json_probe(probe: str, timeout: float = 300) -> dict:
         assert done.returncode == 0, done.stderr[-2000:]
         with open(out) as handle:
             return json.load(handle)
+
+
+def run_torchrun_probe(probe, world: int, spec: dict, out, timeout: float) -> list[dict]:
+    """Write `spec` to out/cases.json and run `probe CASES OUT_DIR` on `world` CPU ranks under torchrun; returns
+    each rank's out/<rank>.json. --standalone: the rendezvous and the ranks' store listen on ports the OS picks
+    and torchrun holds, so two runs at once cannot collide (a fixed --master-port failed the second: EADDRINUSE)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cases.json").write_text(json.dumps(spec))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
+                        str(probe), str(out / "cases.json"), str(out)], timeout=timeout, env=env, cwd=out)
+    if proc.returncode:
+        raise RuntimeError(f"{os.path.basename(str(probe))} on {world} ranks failed:\n{proc.stderr[-3000:]}")
+    return [json.loads((out / f"{rank}.json").read_text()) for rank in range(world)]

@@ -1,18 +1,16 @@
 """guard's LoRA model states against peft + DeepSpeed on 1 and 2 CPU ranks, ZeRO 0-3 (lora_zero_probe.py).
 
 guard is asked the way a user asks it: a LLaMA-Factory training config naming a local model folder and a
-DeepSpeed file with the HF "auto" values, read by guard.finetune and guard.job.from_finetune. Each measured
+DeepSpeed file with the HF "auto" values, read by guard.job.finetune_config and guard.job.from_finetune. Each measured
 component (frozen and trainable parameters, gradients, fp32 masters, Adam moments) is paired with guard's terms.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
-from guard.finetune.config import read
+from guard.job.finetune_config import read
 from guard.job.from_finetune import read_finetune
 from guard.job.hf_config import from_dict
 from guard.job.origin import Origin
@@ -20,7 +18,7 @@ from guard.memory.params import rank_inventory
 from guard.memory.states import model_states
 from guard.sources.loader import load_document
 from tests.fidelity.deepspeed_zero import non_scalar_bytes
-from tests.fidelity.launch import run_bounded
+from tests.fidelity.launch import run_torchrun_probe
 from tests.fidelity.rows import Row
 
 PROBE = Path(__file__).with_name("lora_zero_probe.py")
@@ -40,16 +38,9 @@ def cases() -> dict[str, dict]:
 
 
 def measure(world: int, workdir: Path) -> list[dict]:
-    out = workdir / f"world{world}"
-    out.mkdir(parents=True, exist_ok=True)
-    model = {k: v for k, v in MODEL.items() if k != "model_type"}
-    (out / "cases.json").write_text(json.dumps({"model": model, "cases": cases()}))
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-                        str(PROBE), str(out / "cases.json"), str(out)], timeout=LAUNCH_TIMEOUT, env=env, cwd=out)
-    if proc.returncode:
-        raise RuntimeError(f"LoRA probe on {world} ranks failed:\n{proc.stderr[-3000:]}")
-    return [json.loads((out / f"{rank}.json").read_text()) for rank in range(world)]
+    model = {k: v for k, v in MODEL.items() if k != "model_type"}  # LlamaConfig's keyword arguments
+    return run_torchrun_probe(PROBE, world, {"model": model, "cases": cases()}, workdir / f"world{world}",
+                              LAUNCH_TIMEOUT)
 
 
 def training_config(workdir: Path, case: dict) -> Path:

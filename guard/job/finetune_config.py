@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.diagnostic import FILE_START, Span
-from guard.finetune.dialects import Dialect, detect
+from guard.job.finetune_dialects import Dialect, detect
 from guard.job.origin import Origin
 from guard.sources.document import Document, escape
 

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from guard.finetune.config import FineTuneConfig
+from guard.job.finetune_config import FineTuneConfig
 
 
 @dataclass(frozen=True)
