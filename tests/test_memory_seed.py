@@ -90,7 +90,7 @@ def test_more_microbatches_never_lower_the_first_stage(vpp):
 def test_zero_stages_order_model_states(dp):
     def states(stage):
         st = estimate(_setup(framework="deepspeed", zero_stage=stage, pp=1, world_size=dp,
-                             num_microbatches=1)).stages[0].components
+                             num_microbatches=1, grads_dtype="bf16")).stages[0].components
         return st["params"] + st["grads"] + st["optimizer"]
 
     values = [states(stage) for stage in range(4)]

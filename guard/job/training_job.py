@@ -167,4 +167,6 @@ LAYOUT_FIELDS = {"world_size": "world", "gpus_per_node": "gpus_per_node", "tp": 
 def new_job(arch: Architecture | None, framework: str, **values: Any) -> TrainingJob:
     """A job from flat values: the layout's degrees (world_size, tp, pp, ...) go to its ParallelLayout."""
     layout = {LAYOUT_FIELDS[k]: values.pop(k) for k in list(values) if k in LAYOUT_FIELDS}
+    if framework == "deepspeed":  # DeepSpeed reduces in the model's dtype unless told (as from_deepspeed reads it)
+        values.setdefault("grads_dtype", values.get("params_dtype", TrainingJob.params_dtype))
     return TrainingJob(arch=arch, framework=framework, layout=ParallelLayout(**layout), **values)
