@@ -58,7 +58,9 @@ class Checker:
             result.diagnostics.extend(diags)
         for text in megatron_args:
             result.files += 1
+            self.argv_unreadable = False
             result.diagnostics.extend(self.check_argv(text))
+            result.unreadable |= self.argv_unreadable
         result.diagnostics.sort(key=Diagnostic.sort_key)
         result.jobs, self.jobs = self.jobs, []
         result.files -= len(self.skipped)  # "N files" counts the files checked
@@ -80,32 +82,54 @@ class Checker:
 
         training = read_training_config(doc)
         if training is not None:
-            return self._check_training(training), False
+            return self._check_training(training, self.settings.world_size)
         if not explicit and find_deepspeed(doc, self.top_level_keys) is None:
             self.skipped.append((path, "JSON/YAML without a DeepSpeed key"))
             return [], False
         framework = "megatron-deepspeed" if os.path.realpath(path) in self.mds_configs else None
         return self._filter(self._check_document(doc, explicit, framework=framework), doc.comments), False
 
-    def _check_training(self, training) -> list[Diagnostic]:
+    def _check_training(self, training, world: int | None, comments: dict[int, str] | None = None
+                        ) -> tuple[list[Diagnostic], bool]:
         """A LLaMA-Factory / axolotl / TRL config: the pair rules, then the DeepSpeed file it names, judged as the
         HF Trainer hands it to DeepSpeed ("auto" filled from the training config); each file's findings filtered
-        by its own suppression comments."""
+        by its own suppression comments (`comments`: the script's, for values given on its command line). A
+        DeepSpeed file that cannot be read or parsed leaves the job unjudged: exit 2."""
         from dataclasses import replace
 
         from guard.rules import finetune_context
 
-        ctx = finetune_context.build(training, self.settings.world_size, load_document)
+        ctx = finetune_context.build(training, world, load_document)
         for registered in CHECKS:
             if registered.target == "finetune" and any(self._wanted(r.code) for r in registered.rules):
                 registered.fn(ctx)
-        diags = self._filter(ctx.diagnostics, training.doc.comments)
+        found = ctx.diagnostics
+        own = [d for d in found if d.path == training.path and training.doc.format != "argv"]
+        diags = self._filter(own, training.doc.comments) + self._filter(
+            [d for d in found if all(d is not o for o in own)], comments or {})
         if ctx.ds_doc is not None and ctx.ds_filled is not None:
             filled = replace(ctx.ds_doc, data=ctx.ds_filled)
-            diags += self._filter(self._check_document(filled, explicit=True, framework="hf"), ctx.ds_doc.comments)
+            pinned_by_trainer = ctx.ds_doc.data.get("train_batch_size") == "auto"  # filled per launch (world)
+            diags += self._filter(self._check_document(filled, explicit=True, framework="hf",
+                                                       batch_filled=pinned_by_trainer), ctx.ds_doc.comments)
         elif ctx.ds_error is not None:
-            diags += self._unreadable(*ctx.ds_error)[0]
-        return diags
+            return diags + self._unreadable(*ctx.ds_error)[0], True
+        elif ctx.ds_doc is not None:  # parsed, but not an object
+            err = SourceError("a DeepSpeed config must be an object")
+            return diags + self._unreadable(ctx.ds_doc.path, err)[0], True
+        return diags, False
+
+    def _check_commands(self, commands, text: str) -> tuple[list[Diagnostic], bool]:
+        """The fine-tuning commands of a script (guard.job.finetune_cli), each judged as a training config."""
+        diags, unreadable = [], False
+        for command in commands:
+            if command.error is not None:
+                diags, unreadable = diags + self._unreadable(*command.error)[0], True
+                continue
+            world = command.judged_world(self.settings.world_size, self.settings.force_world_size)
+            found, bad = self._check_training(command.ft, world, shell_comments(text))
+            diags, unreadable = diags + found, unreadable or bad
+        return diags, unreadable
 
     def _unreadable(self, path: str, err: SourceError) -> tuple[list[Diagnostic], bool]:
         """GRD001 for a file that cannot be read (exit 2), GRD002 for one that cannot be parsed."""
@@ -113,7 +137,7 @@ class Checker:
         return self._filter([rule.diagnostic(path, err.message, err.span)], {}), rule is UNREADABLE
 
     def _check_document(self, doc: Document, explicit: bool, world_size: bool = True,
-                        framework: str | None = None) -> list[Diagnostic]:
+                        framework: str | None = None, batch_filled: bool = False) -> list[Diagnostic]:
         """Every DeepSpeed rule over a loaded document (a config file, or a heredoc in a script); `framework`:
         the program that calls deepspeed.initialize when the caller knows it (else judged from the context)."""
         view = find_deepspeed(doc, self.top_level_keys)
@@ -123,6 +147,7 @@ class Checker:
         self._judge_context(ctx)
         if framework == "hf":  # named by a training config: the HF Trainer fills its "auto" values
             ctx.context, ctx.context_reason = "hf", "named by an HF fine-tuning config"
+            ctx.batch_filled = batch_filled
         ctx.framework = framework or ("hf" if ctx.context == "hf" else "megatron-deepspeed"
                                       if self.settings.context == "megatron-deepspeed" else "deepspeed")
         if not world_size:  # a heredoc: its data-parallel size is the job's, not --world-size
@@ -143,6 +168,7 @@ class Checker:
 
     # -- Megatron launch scripts, command-line files, --megatron-args -----------------------------
     def check_script(self, path: str, explicit: bool = True) -> tuple[list[Diagnostic], bool]:
+        from guard.job.from_inputs import finetune_commands
         from guard.megatron.from_script import analyse
         from guard.sources.loader import read_text
 
@@ -151,7 +177,10 @@ class Checker:
         except SourceError as err:
             return self._unreadable(path, err)
         found = analyse(path, text, self.settings, explicit)
-        if not explicit and not found.jobs:  # a script found by walking a folder that launches no Megatron job
+        training, found.jobs = finetune_commands(found, text)
+        if training:  # read as fine-tuning jobs: not "no Megatron command"
+            found.findings = [f for f in found.findings if f.kind != "no-command"]
+        if not explicit and not found.jobs and not training:  # a walked script that launches no Megatron job
             broken = next((f for f in found.findings if f.kind == "syntax"), None)
             self.skipped.append((path, "launches no Megatron program" + (
                 " before its bash syntax error" if broken else "")))
@@ -169,11 +198,18 @@ class Checker:
         for heredoc in found.script.heredocs if found.script else []:
             mds = any(heredoc is h for h in loaded)
             diags.extend(self._check_heredoc(heredoc, "megatron-deepspeed" if mds else None))
-        return self._filter(diags, shell_comments(text)), False
+        tuned, unreadable = self._check_commands(training, text)
+        return self._filter(diags, shell_comments(text)) + tuned, unreadable
 
     def check_argv(self, text: str) -> list[Diagnostic]:
+        from guard.job.finetune_cli import read_script
         from guard.megatron.from_script import job_from_argv
+        from guard.shell.interpreter import interpret
 
+        tuned = read_script(interpret(ARGV_LABEL, text), text, load_document)  # `llamafactory-cli train x.yaml`
+        if tuned:
+            diags, self.argv_unreadable = self._check_commands(tuned, text)
+            return diags
         job = job_from_argv(text, ARGV_LABEL, self.settings)
         return self._filter(self._run_megatron(job), {}) if job is not None else []
 

@@ -88,3 +88,21 @@ def test_trl_defaults(tmp_path, dropout, extra):
     # q: 16 x (4096 + 4096), v: 16 x (4096 + 1024), 32 layers
     assert code == 0 and data["model"]["trainable_param_count"] == 32 * 16 * (8192 + 5120)
     assert data["model"]["adapter"]["targets"] == ["q_proj", "v_proj"] and data["layout"]["zero_stage"] == 0
+
+
+def test_a_batch_the_trainer_fills_is_not_pinned_to_one_world(tmp_path):
+    """train_batch_size "auto": the Trainer writes world x 1 x 8 at each launch (here torchrun's 8 ranks), so the
+    filled file draws no DS305; a train_batch_size written as 64 does pin the job to 64 / (1 x 8) = 8 ranks."""
+    (tmp_path / "ds.json").write_text(json.dumps(DS_AUTO))
+    script = tmp_path / "run.sh"
+    script.write_text("torchrun --nproc_per_node 8 train.py --model_name_or_path meta-llama/Meta-Llama-3-8B-Instruct "
+                      "--per_device_train_batch_size 1 --gradient_accumulation_steps 8 --bf16 --deepspeed ds.json "
+                      "--max_length 2048 --output_dir out\n")
+    code, out, _ = run_guard("check", str(script))
+    assert code == 0 and "DS305" not in out, out
+    path = _write(tmp_path, "sft.yaml", "model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nstage: sft\n"
+                  "finetuning_type: lora\ncutoff_len: 2048\nper_device_train_batch_size: 1\n"
+                  "gradient_accumulation_steps: 8\nbf16: true\ndeepspeed: ds.json\n",
+                  dict(DS_AUTO, train_batch_size=64))
+    code, out, _ = run_guard("check", path)
+    assert code == 0 and "DS305" in out and "data-parallel size of 8" in out, out

@@ -1,4 +1,5 @@
-"""A launch script that runs an HF Trainer program is not judged as Megatron: its `--deepspeed` takes a path."""
+"""A launch script that runs an HF Trainer program is not judged as Megatron: its `--deepspeed` takes a path, and the
+command is read as a fine-tuning job (tests/test_finetune_cli.py)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,17 @@ def test_an_hf_trainer_command_gets_no_megatron_findings(tmp_path):
     script.write_text(TRAINER)
     code, out, _ = run_guard("check", "--isolated", "--format", "json", str(script))
     found = json.loads(out)
-    assert code == 0 and [d["code"] for d in found] == ["SH003"]
-    assert "TrainingArguments" in found[0]["message"] and found[0]["severity"] == "info"
+    # read as a training job: the one finding is that its DeepSpeed file (line 2, column 17) is not there
+    assert code == 1 and [(d["code"], d["line"], d["col"], d["pointer"]) for d in found] == \
+        [("FT002", 2, 17, "--deepspeed")]
 
 
 def test_the_dashed_spelling_hfargumentparser_accepts_is_recognised_too(tmp_path):
     script = tmp_path / "finetune.sh"
     script.write_text(TRAINER.replace("--output_dir", "--output-dir"))
-    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(script))
-    assert code == 0 and [d["code"] for d in json.loads(out)] == ["SH003"]
+    (tmp_path / "deepspeed.json").write_text('{"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": "auto"}}')
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", "--select", "FT,SH,MDS", str(script))
+    assert code == 0 and json.loads(out) == []
 
 
 def test_a_megatron_deepspeed_command_is_still_judged(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 
 from guard.job import presets
 from guard.job.adapter import Adapter, resolve_targets, trainable_count
+from guard.job.training_job import new_job
 from guard.memory import quantized
 
 # (preset, rank, targets as a config writes them)
@@ -84,3 +85,26 @@ def test_four_bit_double_quant_by_hand():
     """688 x 256 = 176,128 weights: 88,064 packed bytes, 2,752 uint8 absmax, 11 fp32 nested absmax, the fp32
     offset, 256 + 16 fp32 code entries."""
     assert quantized.four_bit_bytes(176_128, True) == 88_064 + 2_752 + 44 + 4 + 1024 + 64
+
+
+def test_four_bit_backward_rebuilds_the_weight_in_the_compute_dtype():
+    """What MatMul4Bit's backward allocates, on CPU: the nested absmax dequantized to fp32, then the whole weight
+    [out, in] in the compute dtype; guard's working set is their sum for the largest layer."""
+    torch = pytest.importorskip("torch")
+    bnb = pytest.importorskip("bitsandbytes")
+    from bitsandbytes import functional
+
+    weight = bnb.nn.Params4bit(torch.randn(688, 256), requires_grad=False, compress_statistics=True,
+                               quant_type="nf4", quant_storage=torch.uint8)._quantize("cpu")
+    state = weight.quant_state
+    state.dtype = torch.bfloat16
+    rebuilt = functional.dequantize_4bit(weight, state)
+    absmax = functional.dequantize_blockwise(state.absmax, state.state2)
+    assert rebuilt.shape == (688, 256) and rebuilt.dtype == torch.bfloat16
+    seen = rebuilt.untyped_storage().nbytes() + absmax.untyped_storage().nbytes()
+    arch = presets.load("llama-3-8b")
+    job = new_job(arch, "deepspeed", world_size=1, seq_length=1024, micro_batch=1, params_dtype="bf16",
+                  eager=True, adapter=Adapter("qlora", 8, 16, 0.0, ("q_proj",), quant_bits=4, double_quant=True))
+    # the same two allocations for Llama-3-8B's largest layer, 4096 x 14336
+    assert seen == 2 * 688 * 256 + 4 * (688 * 256 // 64)
+    assert quantized.working_set(job) == 2 * 4096 * 14336 + 4 * (4096 * 14336 // 64)

@@ -13,12 +13,25 @@ from guard.sources.document import Document, escape
 TRUE = {"true", "1", "yes", "on"}
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where one value is written: a key of the config file, or a flag (or `key=value`) on a command line."""
+
+    path: str
+    key: Span  # the key or the flag
+    value: Span  # its value (the flag itself for a switch given alone)
+    pointer: str  # "/cutoff_len" in a file, "--cutoff_len" on a command line
+    kind: str = "key"  # "key" or "flag"
+
+
 @dataclass
 class FineTuneConfig:
     dialect: Dialect
-    doc: Document
+    doc: Document  # the config file; for a command line alone, the script it is written in
     values: dict[str, Any] = field(default_factory=dict)  # canonical field -> value (written, else default)
     written: dict[str, str] = field(default_factory=dict)  # canonical field -> the key as written
+    places: dict[str, Where] = field(default_factory=dict)  # canonical field -> where it is written
+    anchor: Span = FILE_START  # where an unwritten value is reported: the file's start, or the command
 
     @property
     def path(self) -> str:
@@ -27,17 +40,35 @@ class FineTuneConfig:
     def get(self, name: str) -> Any:
         return self.values.get(name, self.dialect.defaults.get(name))
 
-    def span(self, name: str, value: bool = False) -> Span:
+    def where(self, name: str) -> Where | None:
+        place = self.places.get(name)
         key = self.written.get(name)
-        return self.doc.span("/" + escape(key), key=not value) if key else FILE_START
+        if place is None and key:  # a config built by hand: located in its document
+            pointer = "/" + escape(key)
+            place = Where(self.path, self.doc.span(pointer), self.doc.span(pointer, key=False), pointer)
+        return place
+
+    def span(self, name: str, value: bool = False) -> Span:
+        place = self.where(name)
+        return (place.value if value else place.key) if place else self.anchor
 
     def origin(self, name: str) -> Origin:
-        key = self.written.get(name)
-        if key is None:
+        place = self.where(name)
+        if place is None:
             return Origin("default", self.dialect.keys.get(name, name),
                           reason=f"{self.dialect.title}'s default {self.get(name)!r}")
-        span = self.span(name)
-        return Origin("key", key, self.path, span.line, span.col, "/" + escape(key))
+        label = place.pointer if place.kind == "flag" else self.written[name]
+        return Origin(place.kind, label, place.path, place.key.line, place.key.col, place.pointer)
+
+    def put(self, key: str, value: Any, where: Where) -> bool:
+        """Set the framework's `key` (a command-line override, or a key of the file) to `value`, written at
+        `where`; False when the key is none guard reads."""
+        names = [n for n, k in self.dialect.keys.items() if k == key]
+        if self.dialect.name == "trl" and key == "max_seq_length" and "max_length" not in self.written.values():
+            names = ["seq_len"]  # TRL's older spelling, read when max_length is not written
+        for name in names:
+            self.values[name], self.written[name], self.places[name] = value, key, where
+        return bool(names)
 
     # -- what the values mean ------------------------------------------------------------------------
     def flag(self, name: str) -> bool:
@@ -107,16 +138,15 @@ class FineTuneConfig:
         return "fp16" if self.flag("fp16") else "fp32"
 
 
-def read(doc: Document) -> FineTuneConfig | None:
-    """The training config in `doc`, or None when it is not one guard knows."""
-    dialect = detect(doc.data)
-    if dialect is None:
+def read(doc: Document, dialect: Dialect | None = None) -> FineTuneConfig | None:
+    """The training config in `doc`, or None when it is not one guard knows (`dialect`: the framework that
+    reads it, when the command that runs it says so)."""
+    dialect = dialect or detect(doc.data)
+    if dialect is None or not isinstance(doc.data, dict):
         return None
     config = FineTuneConfig(dialect, doc)
-    for name, key in dialect.keys.items():
-        if key in doc.data:
-            config.values[name] = doc.data[key]
-            config.written[name] = key
-    if dialect.name == "trl" and "seq_len" not in config.written and "max_seq_length" in doc.data:
-        config.values["seq_len"], config.written["seq_len"] = doc.data["max_seq_length"], "max_seq_length"
+    for key, value in doc.data.items():
+        if isinstance(key, str):
+            pointer = "/" + escape(key)
+            config.put(key, value, Where(doc.path, doc.span(pointer), doc.span(pointer, key=False), pointer))
     return config

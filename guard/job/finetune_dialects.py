@@ -6,8 +6,9 @@ Defaults are the frameworks' own (commits recorded in docs/finetune.md):
 - axolotl 067b021c: utils/schemas/config.py, training.py, peft.py; core/builders/base.py
   (gradient_checkpointing_kwargs default {"use_reentrant": False}); loaders/model.py (QLoRA's
   BitsAndBytesConfig: double quantization on, quant_storage bf16).
-- TRL f2cd5771: trainer/model_config.py (lora_r 16, lora_alpha 32, lora_dropout 0.05), sft_config.py
-  (max_length 1024, packing false, gradient_checkpointing true); transformers 5.24 TrainingArguments.
+- TRL f2cd5771: trainer/model_config.py (lora_r 16, lora_alpha 32, lora_dropout 0.05, attn_implementation None),
+  sft_config.py (max_length 1024, packing false, packing_strategy "bfd", padding_free false, gradient_checkpointing
+  true); transformers 5.24 TrainingArguments.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from typing import Any
 HF_TRAINER = {"micro_batch": 8, "grad_accum": 1, "bf16": False, "fp16": False, "max_grad_norm": 1.0,
               "learning_rate": 5e-5, "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999,
               "adam_epsilon": 1e-8, "save_only_model": False, "deepspeed": None, "gradient_checkpointing": False,
-              "use_reentrant": False}
+              "use_reentrant": False, "load_best_model_at_end": False, "auto_find_batch_size": False}
 # canonical field -> the key that writes it, where the frameworks agree with TrainingArguments
 TRAINER_KEYS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
                 "bf16": "bf16", "fp16": "fp16", "max_grad_norm": "max_grad_norm", "learning_rate": "learning_rate",
                 "weight_decay": "weight_decay", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
                 "adam_epsilon": "adam_epsilon", "save_only_model": "save_only_model", "deepspeed": "deepspeed",
-                "gradient_checkpointing": "gradient_checkpointing"}
+                "gradient_checkpointing": "gradient_checkpointing", "load_best_model_at_end": "load_best_model_at_end",
+                "auto_find_batch_size": "auto_find_batch_size"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ class Dialect:
     keys: dict[str, str]  # canonical field -> key
     defaults: dict[str, Any]  # canonical field -> the framework's default
 
+
+# axolotl utils/schemas/config.py: attn_implementation (None), and the deprecated boolean flags that
+# normalize_attn_implementation maps onto it (enums.py LEGACY_ATTN_FLAG_TO_IMPL), all None by default
+AXOLOTL_ATTENTION = ("attn_implementation", "xformers_attention", "sage_attention", "flex_attention",
+                     "flash_attention", "sdp_attention", "eager_attention")
 
 LLAMAFACTORY = Dialect("llamafactory", "LLaMA-Factory", {
     **TRAINER_KEYS, "model": "model_name_or_path", "method": "finetuning_type", "lora_rank": "lora_rank",
@@ -51,8 +58,9 @@ AXOLOTL = Dialect("axolotl", "axolotl", {
     "lora_dropout": "lora_dropout", "lora_target": "lora_target_modules", "lora_target_linear": "lora_target_linear",
     "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "seq_len": "sequence_len",
     "micro_batch": "micro_batch_size", "packing": "sample_packing",
-    "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs"},
-    {**HF_TRAINER, "method": None, "lora_rank": None, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": None,
+    "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs", **{k: k for k in AXOLOTL_ATTENTION}},
+    {**HF_TRAINER, **{k: None for k in AXOLOTL_ATTENTION},
+     "method": None, "lora_rank": None, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": None,
      "lora_target_linear": None, "load_in_4bit": False, "load_in_8bit": False, "double_quant": True,
      "seq_len": 512, "micro_batch": 1, "bf16": "auto", "packing": None, "gradient_checkpointing_kwargs": None})
 
@@ -60,10 +68,19 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     **TRAINER_KEYS, "model": "model_name_or_path", "method": "use_peft", "lora_rank": "lora_r",
     "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout", "lora_target": "lora_target_modules",
     "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "double_quant": "use_bnb_nested_quant",
-    "seq_len": "max_length", "packing": "packing", "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs"},
-    {**HF_TRAINER, "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
+    "seq_len": "max_length", "packing": "packing", "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs",
+    "attn_implementation": "attn_implementation", "padding_free": "padding_free",
+    "packing_strategy": "packing_strategy"},
+    {**HF_TRAINER, "attn_implementation": None, "padding_free": False, "packing_strategy": "bfd",
+     "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
      "load_in_4bit": False, "load_in_8bit": False, "double_quant": False, "seq_len": 1024, "packing": False,
      "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None})
+
+# A program that takes TrainingArguments but shows nothing of TRL: the Trainer's own defaults (no gradient
+# checkpointing); the sequence length has no TrainingArguments field, so TRL SFT's is assumed and said so.
+HF_PROGRAM = Dialect("trl", "HF Trainer (TRL SFT defaults)", TRL.keys,
+                     {**TRL.defaults, "gradient_checkpointing": False})
+TRL_FLAGS = {"use_peft", "lora_r", "max_length", "max_seq_length", "packing", "dataset_text_field", "lora_alpha"}
 
 LLAMAFACTORY_MARKERS = {"finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit",
                         "disable_gradient_checkpointing"}

@@ -14,7 +14,8 @@ from guard.job.training_job import IncompleteJob, TrainingJob
 
 # zero_optimization keys that choose DeepSpeed's gradient path (stage_1_and_2.py / stage3.py)
 PATH_KEYS = ("contiguous_gradients", "overlap_comm", "reduce_scatter", "round_robin_gradients",
-             "use_multi_rank_bucket_allreduce", "allgather_partitions", "elastic_checkpoint")
+             "use_multi_rank_bucket_allreduce", "allgather_partitions", "elastic_checkpoint",
+             "stage3_gather_16bit_weights_on_model_save")
 BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size")
 
@@ -53,6 +54,9 @@ def apply_config(setup: TrainingJob, config: dict, label: str, precision: str | 
     if "stage" in zero:
         setup.origins["zero_stage"] = key_origin(label, locate, "zero_optimization", "stage")
     setup.zero_keys = {k: zero[k] for k in PATH_KEYS if k in zero}
+    if "stage3_gather_fp16_weights_on_model_save" in zero:  # the pre-0.6 spelling DeepSpeed still reads
+        setup.zero_keys.setdefault("stage3_gather_16bit_weights_on_model_save",
+                                   zero["stage3_gather_fp16_weights_on_model_save"])
     for section, attr in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_param")):
         device = (zero.get(section) or {}).get("device", "none") if isinstance(zero.get(section), dict) else "none"
         setattr(setup, attr, str(device or "none"))
@@ -133,6 +137,7 @@ def _batch(job: TrainingJob, config: dict, label: str, micro_batch: int | None, 
         raise IncompleteJob(f"{label}: train_micro_batch_size_per_gpu is "
                             f"{config.get('train_micro_batch_size_per_gpu')!r}: give --micro-batch-size N")
     job.micro_batch = mbs
+    job.padded_batches = mbs > 1  # a pad-to-longest collator pads only a batch of several samples
     job.origins["micro_batch"] = Origin("cli", "--micro-batch-size") if micro_batch else \
         key_origin(label, locate, "train_micro_batch_size_per_gpu")
     if gas is None and tbs and tbs % (mbs * dp) == 0:

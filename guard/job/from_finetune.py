@@ -24,7 +24,8 @@ def deepspeed_candidates(ft: FineTuneConfig) -> list[str]:
     if os.path.isabs(value):
         return [value]
     out = [value]
-    folder = os.path.dirname(os.path.abspath(ft.path))
+    place = ft.where("deepspeed")  # a flag's path is found from the script that gives it
+    folder = os.path.dirname(os.path.abspath(place.path if place else ft.path))
     while True:
         out.append(os.path.join(folder, value))
         parent = os.path.dirname(folder)
@@ -40,6 +41,13 @@ def deepspeed_file(ft: FineTuneConfig) -> str | None:
     return next((p for p in deepspeed_candidates(ft) if os.path.isfile(p)), None)
 
 
+def at(ft: FineTuneConfig, name: str) -> str:
+    """`path:line:col` of a value: its key in the file, or its flag on the command line."""
+    place = ft.where(name)
+    span = (place.value if place else ft.anchor)
+    return f"{place.path if place else ft.path}:{span.line}:{span.col}"
+
+
 def read_finetune(ft: FineTuneConfig, arch: Architecture, world: int, world_origin: Origin, *, load_config,
                   gpus_per_node: int = 8) -> TrainingJob:
     """`load_config(path)` -> (data, locate) reads the DeepSpeed file; the HF Trainer's "auto" values are filled
@@ -47,7 +55,7 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture, world: int, world_orig
     mbs, gas, seq = ft.get("micro_batch"), ft.get("grad_accum"), ft.get("seq_len")
     for name, value in (("micro_batch", mbs), ("grad_accum", gas), ("seq_len", seq)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise IncompleteJob(f"{ft.path}: {ft.dialect.keys[name]} is {value!r}: a positive integer is needed")
+            raise IncompleteJob(f"{at(ft, name)}: {ft.dialect.keys[name]} is {value!r}: a positive integer is needed")
     inline = ft.get("deepspeed")
     path = deepspeed_file(ft)
     if isinstance(inline, dict) or path:
@@ -55,8 +63,8 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture, world: int, world_orig
         filled, _ = trainer_fill.fill(data, ft, world)
         label = path or ft.path
     elif inline:
-        raise IncompleteJob(f"{ft.path}: deepspeed file {inline!r} not found (looked from the working directory "
-                            "and from this file's folder up)")
+        raise IncompleteJob(f"{at(ft, 'deepspeed')}: deepspeed file {inline!r} not found (looked from the working "
+                            "directory and from this file's folder up)")
     else:
         filled, locate, label = {"train_micro_batch_size_per_gpu": mbs, "gradient_accumulation_steps": gas}, None, \
             ft.path
@@ -64,16 +72,25 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture, world: int, world_orig
                          precision=ft.precision(), gradient_checkpointing=ft.gradient_checkpointing,
                          gpus_per_node=gpus_per_node, locate=locate)
     job.hf_ddp = not (isinstance(inline, dict) or path)
+    job.padded_batches = mbs > 1 and not _packed(ft)
     for key, name in (("seq_length", "seq_len"), ("micro_batch", "micro_batch"), ("params_dtype", "bf16")):
         job.origins[key] = ft.origin(name)
     if ft.gradient_checkpointing:
         job.origins["recompute"] = ft.origin("no_gradient_checkpointing" if ft.dialect.name == "llamafactory"
                                              else "gradient_checkpointing")
-    job.origins["command"] = Origin("key", f"the {ft.dialect.title} training config", ft.path)
+    job.origins["command"] = Origin("key", f"the {ft.dialect.title} training "
+                                    f"{'command' if ft.doc.format == 'argv' else 'config'}", ft.path)
     if job.hf_ddp:
         job.notes.append("no DeepSpeed file: the HF Trainer runs torch DDP (AdamW from torch, no ZeRO)")
     _method(job, ft, arch)
     return job
+
+
+def _packed(ft: FineTuneConfig) -> bool:
+    """Samples packed to one length (no padding): LLaMA-Factory packs by default in pre-training (data_args.py)."""
+    if ft.get("packing") is None:
+        return ft.dialect.name == "llamafactory" and ft.get("stage") == "pt"
+    return ft.flag("packing")
 
 
 def _method(job: TrainingJob, ft: FineTuneConfig, arch: Architecture) -> None:

@@ -61,6 +61,11 @@ def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
     configs, scripts = split_inputs(inputs.paths)
     configs = ([inputs.deepspeed] if inputs.deepspeed else []) + configs
     cmd = _megatron_command(inputs, scripts, settings)
+    if cmd is not None and hasattr(cmd, "ft"):  # a fine-tuning command (guard.job.finetune_cli.CliTraining)
+        if configs:
+            raise InputError(f"{cmd.command.path}: the fine-tuning command names its own config files; "
+                             "do not give one separately")
+        return _finetune_job(cmd.ft, arch, settings, cmd)
     if cmd is not None:
         if configs:
             raise InputError("a Megatron job reads its DeepSpeed config from --deepspeed_config in the "
@@ -82,9 +87,10 @@ def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
     return _deepspeed_job(inputs, configs[0], arch, settings, doc)
 
 
-def _finetune_job(ft, arch, settings: Settings) -> JobSource:
-    """A LLaMA-Factory / axolotl / TRL training config: the model it names (unless --hf-config/--model),
-    the DeepSpeed file it names, the world from --world-size (else one process, said so)."""
+def _finetune_job(ft, arch, settings: Settings, cli=None) -> JobSource:
+    """A LLaMA-Factory / axolotl / TRL training config, or a command that starts one (`cli`): the model it names
+    (unless --hf-config/--model), the DeepSpeed file it names, the world from the command's launcher (unless
+    --world-size is forced), else --world-size, else one process (said so)."""
     import os
 
     from guard.job import model_ref
@@ -105,8 +111,12 @@ def _finetune_job(ft, arch, settings: Settings) -> JobSource:
         model_origin = Origin("key", f"{ft.dialect.keys['model']} {name} -> {found}", ft.path,
                               ft.span("model").line, ft.span("model").col)
     world, world_origin = settings.world_size, settings_origin(settings)
+    launched = cli.world if cli is not None else None
+    if launched is not None and launched.size and not (world and settings.force_world_size):
+        world, world_origin = launched.size, launched.origin
     if not world:
-        world, world_origin = 1, Origin("default", "world size", reason="one process: give --world-size N")
+        why = f"{launched.why}; " if launched is not None and launched.why else ""
+        world, world_origin = 1, Origin("default", "world size", reason=f"{why}one process: give --world-size N")
 
     def load(path):
         doc = _load_config(path)
@@ -118,6 +128,12 @@ def _finetune_job(ft, arch, settings: Settings) -> JobSource:
     except IncompleteJob as err:
         raise InputError(str(err)) from None
     job.origins["model"] = model_origin
+    if cli is not None:
+        job.notes.extend(f"{w.path}:{w.key.line}:{w.key.col}: {message} (the default is priced)"
+                         for w, message in cli.unknown)
+        if launched is not None and launched.size and world != launched.size:
+            job.notes.append(f"the command starts {launched.size} processes ({launched.why}); {world} are priced "
+                             "(--force-world-size)")
     return JobSource(job)
 
 
@@ -203,11 +219,28 @@ def _megatron_command(inputs: JobInputs, scripts: list[str], settings: Settings)
     except SourceError as err:
         raise InputError(f"{path}: {err.message}") from None
     result = analyse(path, text, settings)
+    found, jobs = finetune_commands(result, text)
+    if found and not jobs:
+        if found[0].error is not None:
+            where, err = found[0].error
+            raise InputError(f"{where}:{err.span.line}:{err.span.col}: {err.message}")
+        return found[0]
+    result.jobs = jobs
     if not result.jobs:
         first = result.findings[0] if result.findings else None
         where = f"{path}:{first.span.line}:{first.span.col}: " if first else f"{path}: "
         raise InputError(where + (first.message if first else "no Megatron command in this file"))
     return result.jobs[0]
+
+
+def finetune_commands(result, text: str):
+    """(the fine-tuning commands of an analysed script, its Megatron jobs on the other commands)."""
+    from guard.job.finetune_cli import read_script
+    from guard.sources.loader import load_document
+
+    found = read_script(result.script, text, load_document) if result.script is not None else []
+    taken = {id(f.command) for f in found}
+    return found, [j for j in result.jobs if j.launch is None or id(j.launch.command) not in taken]
 
 
 def _load_config(path: str):
@@ -219,5 +252,5 @@ def _load_config(path: str):
     except SourceError as err:
         raise InputError(f"{path}:{err.span.line}:{err.span.col}: {err.message}") from None
     if not isinstance(doc.data, dict):
-        raise InputError(f"{path}: a DeepSpeed config must be an object")
+        raise InputError(f"{path}:1:1: a DeepSpeed config must be an object")
     return doc

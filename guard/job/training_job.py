@@ -70,6 +70,9 @@ class TrainingJob:
     offload_modules: tuple[str, ...] = ()  # Megatron --fine-grained-activation-offloading --offload-modules
     attention: str = "flash"  # flash (flash/fused/cuDNN: no s^2 term) | unfused
     eager: bool = False  # eager PyTorch ops (transformers models): unfused norms, rotary, SwiGLU
+    # transformers: a batch padded to its longest sample hands SDPA a materialised mask (memory/hf_layers.py);
+    # one sample, or packed ones of one length, run causal without it
+    padded_batches: bool = True
     mask_bytes: int = 1  # dropout masks: CUDA's fused dropout keeps 1 byte; the CPU path keeps the activation dtype
     softmax_bytes: int | None = None  # unfused attention probabilities (None: the activation dtype; fp32 on CPU)
     # norms: fused (TE, Apex, torch on CUDA: the input and fp32 statistics) | torch_cpu (torch's CPU kernels:

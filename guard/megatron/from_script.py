@@ -87,7 +87,7 @@ _HF_TRAINER_FIELDS = ("output_dir", "per_device_train_batch_size", "per_device_e
 _HF_TRAINER_FLAGS = frozenset("--" + f for name in _HF_TRAINER_FIELDS for f in (name, name.replace("_", "-")))
 
 
-def _hf_trainer_like(words: list[LText]) -> bool:
+def hf_trainer_like(words: list[LText]) -> bool:
     return any(w.text.split("=")[0] in _HF_TRAINER_FLAGS for w in words)
 
 
@@ -112,12 +112,12 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
         kind = finding.kind if finding.kind in ("syntax", "placeholder") else "source"
         result.findings.append(ScriptFinding(kind, finding.path, finding.message, finding.span))
     found = find_launches(script)
-    trainer = [l for l in found if _hf_trainer_like(l.args)]
-    launches = [l for l in found if all(l is not t for t in trainer) and _megatron_like(l.args)]
-    known_commands = {id(l.command) for l in found}
+    trainer = [one for one in found if hf_trainer_like(one.args)]
+    launches = [one for one in found if all(one is not t for t in trainer) and _megatron_like(one.args)]
+    known_commands = {id(one.command) for one in found}
     if not launches:
-        launches = [l for l in _bare_launch(script) if id(l.command) not in known_commands
-                    and _megatron_like(l.args) and not _hf_trainer_like(l.args)]
+        launches = [one for one in _bare_launch(script) if id(one.command) not in known_commands
+                    and _megatron_like(one.args) and not hf_trainer_like(one.args)]
     if not launches and explicit:
         broken = next((f for f in script.findings if f.kind == "syntax" and f.path == path), None)
         held = [str(f.span.line) for f in script.findings if f.kind == "placeholder" and f.path == path]

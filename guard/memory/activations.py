@@ -13,7 +13,7 @@ megatron-core 0.16.1 on CPU in tests/fidelity/megatron_activations.py (docs/fide
 from __future__ import annotations
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory import offload
+from guard.memory import hf_layers, offload
 
 SELECTIVE_MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts", "mla_up_proj"}
 
@@ -28,7 +28,7 @@ def layer_terms(setup: TrainingJob, index: int, recompute: bool = True) -> dict[
     sb = s * b
     drop = set(setup.recompute_modules) if (recompute and setup.recompute == "selective") else set()
     terms = _norm_terms(setup, act, sb / rep, "layernorm" in drop, arch.norms_per_layer)
-    if "layernorm" not in drop:
+    if "layernorm" not in drop and hf_layers.keeps_input(setup, "qkv", act):
         terms["QKV input (norm output)"] = act * sb * h / rep
     terms.update(_qkv_terms(setup, act, sb, "core_attn" in drop))
     if arch.position_embedding == "rope" and setup.rope_kernel == "unfused":
@@ -49,15 +49,22 @@ def layer_terms(setup: TrainingJob, index: int, recompute: bool = True) -> dict[
                 terms["softmax output, 16-bit copy"] = act * heads * s * s * b
         else:
             terms["softmax statistics (fp32)"] = 4 * heads * sb
-    terms["attention output (projection input)"] = act * sb * arch.query_size / t
+            if setup.eager and hf_layers.mask_copy(setup, act, s):
+                terms["attention mask (SDPA's converted copy)"] = hf_layers.mask_copy(setup, act, s)
+    # a fused kernel keeps its output, which is the projection's input; eager matmuls leave it to the projection
+    if setup.attention != "unfused" or not setup.eager or hf_layers.keeps_input(setup, "proj", act):
+        terms["attention output (projection input)"] = act * sb * arch.query_size / t
     if arch.hidden_dropout > 0:
         terms["dropout masks"] = 2 * setup.mask_bytes * sb * h / rep
-    if arch.norms_per_layer > 1 and "layernorm" not in drop:
+    if arch.norms_per_layer > 1 and "layernorm" not in drop and hf_layers.keeps_input(setup, "mlp", act):
         terms["MLP input (norm output)"] = act * sb * h / rep
     glu = 2 if arch.gated_mlp else 1
     if not arch.is_moe_layer(index):
         if "mlp" not in drop:
-            terms.update(_mlp_terms(act, sb, arch.ffn_hidden, glu, t, setup.eager, "MLP"))
+            terms.update(_mlp_terms(act, sb, arch.ffn_hidden, glu, t, setup.eager, "MLP",
+                                    hf_layers.keeps_input(setup, "down", act)))
+        if setup.adapter is not None:
+            terms.update(hf_layers.adapter_terms(setup, act, sb))
         return terms
     if "moe" not in drop:  # the MoE checkpoint keeps only its input (the MLP input above)
         terms.update(_moe_terms(setup, act, sb, rep, glu, drop))
@@ -70,9 +77,13 @@ def _norm_terms(setup: TrainingJob, act: int, tokens: float, recomputed: bool, n
     h = arch.hidden
     if recomputed:  # "layernorm" recompute: the checkpoint keeps the input; the norm runs again in backward
         return {"norm inputs (checkpointed)": n * act * tokens * h}
-    if setup.eager and arch.norm == "rmsnorm":  # transformers' RMSNorm upcasts: autograd keeps the fp32 input
-        return {"norm inputs": n * act * tokens * h, "norm statistics": n * 4 * tokens,
-                "norm fp32 copies (eager)": n * 2 * act * tokens * h}
+    if setup.eager and arch.norm == "rmsnorm":
+        # transformers' RMSNorm upcasts (autograd keeps the fp32 input and rstd); `weight * x.to(dtype)` keeps the
+        # normalized 16-bit x for the weight's gradient, which a frozen norm (LoRA) does not need
+        out = {"norm statistics": n * 4 * tokens, "norm fp32 copies (eager)": n * 2 * act * tokens * h}
+        if setup.adapter is None:
+            out["norm outputs, 16-bit (eager weight multiply)"] = n * act * tokens * h
+        return out
     if setup.norm_kernel == "torch_cpu" and arch.norm == "rmsnorm":
         # torch's composite rms_norm: x.float() * rsqrt(mean(x^2) + eps) * weight, all in fp32
         return {"norm input, fp32 upcast (composite RMSNorm)": n * 4 * tokens * h,
@@ -88,7 +99,8 @@ def _qkv_terms(setup: TrainingJob, act: int, sb: float, core_recomputed: bool) -
     """Q, K and V as the attention core (or its checkpoint) keeps them."""
     arch, t = setup.arch, setup.layout.tp
     q, kv = arch.query_size, arch.kv_size
-    expanded_kv = setup.attention == "unfused" or setup.eager  # GQA K/V repeated to every head
+    # GQA K/V repeated to every head: by megatron's unfused core, by transformers before a masked SDPA call
+    expanded_kv = setup.attention == "unfused" or (setup.eager and hf_layers.repeats_kv(setup))
     if setup.attention != "unfused" or setup.eager:
         # flash/fused kernels take contiguous Q, K, V; transformers projects them separately
         kv_saved = q if (expanded_kv and kv < q) else kv
@@ -142,8 +154,12 @@ def _moe_terms(setup: TrainingJob, act: int, sb: float, rep: int, glu: int, drop
     return terms
 
 
-def _mlp_terms(act: int, sb: float, ffn: int, glu: int, t: int, eager: bool, label: str) -> dict[str, float]:
-    out = {f"{label} fc1 output": act * sb * ffn * glu / t, f"{label} activation output": act * sb * ffn / t}
+def _mlp_terms(act: int, sb: float, ffn: int, glu: int, t: int, eager: bool, label: str,
+               fc2_input: bool = True) -> dict[str, float]:
+    """fc1's output (kept by the activation) and the activation's output (kept by fc2 when fc2 trains)."""
+    out = {f"{label} fc1 output": act * sb * ffn * glu / t}
+    if fc2_input:
+        out[f"{label} activation output"] = act * sb * ffn / t
     if eager and glu == 2:  # act_fn(gate) * up keeps the activation of the gate as a separate tensor
         out[f"{label} gate activation (eager)"] = act * sb * ffn / t
     return out
@@ -198,7 +214,9 @@ def logits_bytes(setup: TrainingJob) -> tuple[float, float]:
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     tokens = s * setup.micro_batch / (setup.layout.tp if setup.layout.sequence_parallel else 1)
     # the final norm keeps what a layer's norm keeps (seen on megatron-core's last stage), then its output
-    h_in = sum(_norm_terms(setup, act, tokens, False, 1).values()) + act * tokens * setup.arch.hidden
+    h_in = sum(_norm_terms(setup, act, tokens, False, 1).values())
+    if setup.adapter is None:  # a frozen LM head needs only its weight for the input's gradient
+        h_in += act * tokens * setup.arch.hidden
     kept, transient = loss_bytes(setup)
     return h_in + kept, transient
 
@@ -246,4 +264,9 @@ def embedding_bytes(setup: TrainingJob) -> float:
     out = 8 * sb * 2
     if setup.arch.hidden_dropout > 0:
         out += sb * setup.arch.hidden / (setup.layout.tp if setup.layout.sequence_parallel else 1)
+    if setup.adapter is not None and setup.recompute == "none":
+        # the frozen embedding's output needs no gradient (no enable_input_require_grads without checkpointing):
+        # the first layer's input norm saves nothing, nor what its Q/K/V adapters keep for an input gradient
+        act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
+        out -= sum(_norm_terms(setup, act, sb, False, 1).values()) + hf_layers.first_layer_untracked(setup)
     return out

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from guard.job.adapter import trainable_count
 from guard.job.training_job import TrainingJob
 from guard.memory import activations as acts
-from guard.memory import megatron_fsdp, overheads, schedule
+from guard.memory import megatron_fsdp, overheads, quantized, save_host, schedule
 from guard.memory.catalog import Gpu
 from guard.memory.params import (
     REPLICATED,
@@ -86,6 +86,10 @@ class Estimate:
         g = max(1, self.setup.layout.gpus_per_node)
         return max((sum(per_rank[i:i + g]) for i in range(0, len(per_rank), g)), default=0)
 
+    def host_bytes_at_save(self) -> int | None:
+        """Host RAM the HF Trainer's model save holds on global rank 0's node (save_host.py); None: not an HF job."""
+        return save_host.host_bytes_at_save_per_node(self.setup)
+
 
 def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
     stages = [estimate_stage(setup, r) for r in range(setup.layout.pp)]
@@ -104,7 +108,9 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
     grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
-    backward = working + grad_temps
+    # a quantized base rebuilds one weight at a time for its matmul (quantized.py)
+    dequant = quantized.working_set(setup) if setup.adapter is not None and setup.adapter.quant_bits else 0.0
+    backward = working + grad_temps + dequant
     largest_layer = _largest_layer_params(setup, all_layers)
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
@@ -137,6 +143,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
             **step_buf, "fp32 gradient partition / copies": states.step_transient},
             "transient": {"recompute working set / offloaded layers in flight": working,
                           "backward gradient temporaries": grad_temps, "loss fp32 upcast": logits_transient,
+                          "quantized weight rebuilt for its matmul (bitsandbytes)": dequant,
                           "FSDP whole weights at the loss": fsdp_loss,
                           "FSDP whole units and gradients in backward": fsdp_backward},
             "gradient reduction": dict(states.reduce_terms),

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 
+from guard.job.adapter import linear_modules
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
+
 BLOCK_4BIT = 64
 NESTED_BLOCK = 256
 CODE_4BIT = 16 * 4
@@ -38,3 +41,26 @@ def eight_bit_bytes(fan_in: int, fan_out: int) -> int:
 
 def weight_bytes(bits: int, fan_in: int, fan_out: int, double_quant: bool) -> int:
     return four_bit_bytes(fan_in * fan_out, double_quant) if bits == 4 else eight_bit_bytes(fan_in, fan_out)
+
+
+def working_set(setup: TrainingJob) -> float:
+    """The largest transient of a quantized base layer's matmul (bitsandbytes 0.50.2 autograd/_functions.py).
+
+    4-bit (MatMul4Bit): backward dequantizes the whole weight, `F.dequantize_4bit(B, state)`, to the compute
+    dtype (bf16: LLaMA-Factory, axolotl and TRL set bnb_4bit_compute_dtype to the training dtype), after the
+    nested absmax is dequantized to fp32; forward does the same on CUDA beyond 1,536 tokens (backends/cuda/ops.py
+    _dequant_linear_fallback). 8-bit (MatMul8bitLt): forward quantizes the input (an fp16 copy, int8 values, an
+    fp32 scale per row); backward rebuilds the weight in the input's dtype (`state.CB.to(dtype, copy=True)`).
+    """
+    adapter = setup.adapter
+    act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
+    tokens = setup.seq_length / setup.layout.seq_shards * setup.micro_batch
+    out = 0.0
+    for _, fan_in, fan_out in linear_modules(setup.arch):
+        weight = act * fan_in * fan_out
+        if adapter.quant_bits == 4:
+            nested = 4 * math.ceil(fan_in * fan_out / BLOCK_4BIT) if adapter.double_quant else 0
+            out = max(out, weight + nested)
+        else:
+            out = max(out, weight, (2 + 1) * tokens * fan_in + 4 * tokens)
+    return out

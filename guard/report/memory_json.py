@@ -33,6 +33,7 @@ def to_dict(est: Estimate) -> dict:
         "peak": {"rank": est.stage_ranks(peak.pp_rank).start, "pp_rank": peak.pp_rank, "peak_bytes": peak.peak_bytes},
         "fits": est.fits,
         "host_bytes_per_node": est.host_bytes_per_node(),
+        "host_bytes_at_save": est.host_bytes_at_save(),
         "unmodelled": [_unmodelled(s, f, where) for f, where in s.unmodelled],
         "notes": s.notes,
         "origins": {key: origin.describe() for key, origin in sorted(s.origins.items())},

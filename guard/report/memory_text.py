@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from guard.memory import overheads
+from guard.memory import overheads, save_host
 from guard.memory.estimate import Estimate, StageEstimate
 from guard.units import GIB, MIB, gib
 
@@ -94,6 +94,10 @@ def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False
     host = est.host_bytes_per_node()
     if host:
         out.write(f"host RAM for offloaded states: {gib(host)} GiB per node ({lay.gpus_per_node} GPUs per node)\n")
+    saved = save_host.save_host(s)
+    if saved is not None and saved.rank0:
+        out.write(f"host RAM at each checkpoint save: {gib(est.host_bytes_at_save())} GiB on rank 0's node "
+                  f"({saved.what})\n")
     for feature, where in s.unmodelled:
         out.write(f"warning: {feature} ({where}) is not modelled: the estimate leaves it out\n")
     for note in s.notes:

@@ -19,6 +19,7 @@ FAMILIES = (
     "ds_misc",
     "accelerate",
     "finetune",
+    "finetune_trainer",
     "mlm_args",
     "mlm_parallel",
     "mlm_shape",

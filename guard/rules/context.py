@@ -30,6 +30,7 @@ class DsConfig:
     # Who calls deepspeed.initialize: "deepspeed" (a plain script: DeepSpeed builds the optimizer from the
     # config), "megatron-deepspeed" (passes its own optimizer), "hf" (HF Trainer / accelerate).
     framework: str = "deepspeed"
+    batch_filled: bool = False  # the HF Trainer wrote train_batch_size from its own arguments, for this launch
     # Top-level key -> JSON pointer of its base in the document (NeoX merges and renames keys).
     origin: dict[str, str] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)

@@ -138,6 +138,8 @@ def _all_three(ctx: DsConfig, tbs: int, micro: int, gas: int, world: int | None)
                    help="make train_batch_size a multiple of micro * gas, or drop it")
         return
     dp = tbs // (micro * gas)
+    if ctx.batch_filled:  # "auto" in the file: the Trainer computes it for whatever world it is launched on
+        return
     ctx.report(PINNED, (TBS,), f"all three batch keys are fixed: the config only works with a "
                f"data-parallel size of {dp} ({tbs} = {micro} * {gas} * {dp})", at_value=True,
                help="drop train_batch_size so DeepSpeed derives it for any GPU count", data={"dp": dp})

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
-from guard.rules.finetune_context import FineTuneCheck
 from guard.job.adapter import resolve_targets, supports
+from guard.job.finetune_dialects import HF_PROGRAM
+from guard.job.training_job import DTYPE_BYTES
+from guard.memory.params import model_param_count
 from guard.rules.context import fmt
+from guard.rules.finetune_context import FineTuneCheck
 from guard.rules.registry import check, rule
+from guard.units import GIB
 
 HF_DS = "transformers integrations/deepspeed.py: HfTrainerDeepSpeedConfig.trainer_config_process / finalize"
 LF_QUANT = "LLaMA-Factory src/llamafactory/model/model_utils/quantization.py"
+TRL_SFT = "TRL f2cd5771 trainer/sft_trainer.py: SFTTrainer.__init__"
+AXOLOTL_PACKING = "axolotl 067b021c utils/schemas/validation.py: check_sample_packing_without_attention"
+# axolotl utils/schemas/enums.py: ATTN_IMPLS_SUPPORTING_PACKING, plus sdpa and eager (config.py:
+# attn_decontaminates_packing), and LEGACY_ATTN_FLAG_TO_IMPL in its priority order
+AXOLOTL_ISOLATING = {"flash_attention_2", "flash_attention_3", "flex_attention", "xformers", "sage",
+                     "kernels-community/flash-attn2", "kernels-community/flash-attn3",
+                     "kernels-community/sage-attention", "sdpa", "eager"}
+AXOLOTL_LEGACY = {"xformers_attention": "xformers", "sage_attention": "sage", "flex_attention": "flex_attention",
+                  "flash_attention": "flash_attention_2", "sdp_attention": "sdpa", "eager_attention": "eager"}
+# TRL sft_trainer.py FLASH_ATTENTION_VARIANTS
+TRL_FLASH = {"flash_attention_2", "flash_attention_3", "kernels-community/flash-attn2",
+             "kernels-community/flash-attn3", "kernels-community/vllm-flash-attn3"}
 
 MISMATCH = rule(
     "FT001", "trainer-deepspeed-mismatch", "error",
@@ -86,16 +102,19 @@ QLORA_NON_REENTRANT = rule(
 )
 
 ADAPTER_SAVED_EMPTY = rule(
-    "FT007", "lora-adapter-saved-empty-under-zero3", "warning",
-    "LoRA under ZeRO-3 without stage3_gather_16bit_weights_on_model_save: the adapter file is written empty.",
+    "FT007", "lora-zero3-save-without-gather", "info",
+    "LoRA under ZeRO-3 without stage3_gather_16bit_weights_on_model_save: the adapter is saved only by a "
+    "transformers that gathers peft weights itself.",
     what="Reports a LoRA/QLoRA job whose ZeRO-3 DeepSpeed file does not set "
          "`stage3_gather_16bit_weights_on_model_save: true`.",
-    why="Trainer.save_model cannot gather the weights, logs 'Saving the full checkpoint instead', saves the "
-        "model with an empty state dict and removes only the full-model weight files: adapter_model."
-        "safetensors stays, holding no weights. The adapter is recoverable only through zero_to_fp32.py.",
+    why="transformers 5.24's Trainer.save_model gathers a peft model's trainable weights itself under ZeRO-3 "
+        "(`_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)`), whatever the flag says. A "
+        "transformers without that branch asks accelerate's get_state_dict, which refuses without the flag; the "
+        "Trainer then logs 'Saving the full checkpoint instead' and writes adapter_model.safetensors with no "
+        "weights (recoverable only through zero_to_fp32.py). Setting the flag saves the adapter with either.",
     example="{\"zero_optimization\": {\"stage\": 3}}",
     use_instead="{\"zero_optimization\": {\"stage\": 3, \"stage3_gather_16bit_weights_on_model_save\": true}}",
-    references=("transformers trainer.py: save_model (remove_dummy_checkpoint)",),
+    references=("transformers trainer.py: save_model (is_deepspeed_enabled branch, remove_dummy_checkpoint)",),
 )
 
 UNKNOWN_TARGET = rule(
@@ -107,6 +126,47 @@ UNKNOWN_TARGET = rule(
     example="lora_target: q_proj,v_proj,c_attn",
     use_instead="lora_target: q_proj,v_proj",
     references=("peft tuners/tuners_utils.py: inject_adapter",),
+)
+
+PACKING_CROSS = rule(
+    "FT009", "packing-attends-across-samples", "warning",
+    "Sample packing with an attention implementation that lets packed samples attend to each other.",
+    what="Reports axolotl `sample_packing: true` without a packing-capable `attn_implementation` (or legacy "
+         "flag), and TRL `packing: true` (strategy bfd) without a Flash Attention `attn_implementation`.",
+    why="The frameworks only log it: axolotl \"`sample_packing` without an attention backend does not handle "
+        "cross-sample decontamination\"; TRL \"Using other implementations may lead to cross-contamination "
+        "between samples\". Tokens of one sample then attend to the samples packed before it.",
+    example="sample_packing: true\nsequence_len: 4096",
+    use_instead="sample_packing: true\nsequence_len: 4096\nattn_implementation: flash_attention_2",
+    references=(AXOLOTL_PACKING, TRL_SFT),
+)
+
+PADDING_FREE_UNPACKED = rule(
+    "FT010", "padding-free-without-packing", "error",
+    "TRL `padding_free: true` without packing while `max_length` is set.",
+    what="Reports a TRL SFT config with padding_free true, packing false and a max_length (1024 by default).",
+    why="SFTTrainer raises: `ValueError: When padding_free=True without packing, max_length is not enforced. "
+        "Either enable packing (e.g., packing=True, packing_strategy='bfd'), provide already truncated inputs, "
+        "or set max_length=None.`",
+    example="padding_free: true\nmax_length: 2048",
+    use_instead="padding_free: true\npacking: true\nmax_length: 2048",
+    references=(TRL_SFT,),
+)
+
+SAVE_HOST = rule(
+    "FT011", "lora-save-copies-model-to-host", "info",
+    "LoRA under DeepSpeed ZeRO 0-2: every rank copies the whole model to host RAM at each save.",
+    what="Reports a LoRA/QLoRA job with a ZeRO stage 0-2 DeepSpeed file, with the size of the copy when guard "
+         "knows the model.",
+    why="Trainer.save_model takes accelerate's get_state_dict, which under ZeRO 0-2 returns "
+        "clone_tensors_for_torch_save(model.state_dict()): a CPU copy of every weight, frozen base included, on "
+        "every rank at once, before peft keeps the adapter alone. Under ZeRO-3 the Trainer gathers the trainable "
+        "parameters alone (exclude_frozen_parameters=True), so only the adapter reaches rank 0's host.",
+    example="# ds.json\n{\"zero_optimization\": {\"stage\": 2}}",
+    use_instead="# ds.json\n{\"zero_optimization\": {\"stage\": 3, "
+                "\"stage3_gather_16bit_weights_on_model_save\": true}}",
+    references=("transformers trainer.py: Trainer.save_model", "accelerate accelerator.py: Accelerator.get_state_dict",
+                "deepspeed checkpoint/utils.py: clone_tensors_for_torch_save"),
 )
 
 
@@ -125,7 +185,8 @@ def pair(ctx: FineTuneCheck) -> None:
 @check(SEQ_DEFAULTED, SEQ_BEYOND, target="finetune")
 def sequence(ctx: FineTuneCheck) -> None:
     key = ctx.ft.dialect.keys["seq_len"]
-    if "seq_len" not in ctx.ft.written:
+    # a plain HF Trainer program: TrainingArguments has no sequence length that could be left to a default
+    if "seq_len" not in ctx.ft.written and ctx.ft.dialect is not HF_PROGRAM:
         ctx.report(SEQ_DEFAULTED, "seq_len", f"no {key}: {ctx.ft.dialect.title} truncates every sample to "
                    f"{ctx.ft.get('seq_len')} tokens", help=f"write {key}: N")
         return
@@ -153,7 +214,8 @@ def adapter_under_zero3(ctx: FineTuneCheck) -> None:
                    help="set gradient_checkpointing_kwargs: {use_reentrant: true}")
     if ctx.zero("stage3_gather_16bit_weights_on_model_save") is not True:
         ctx.report(ADAPTER_SAVED_EMPTY, "deepspeed", "LoRA under ZeRO-3 without "
-                   "stage3_gather_16bit_weights_on_model_save: the saved adapter_model.safetensors holds no weights",
+                   "stage3_gather_16bit_weights_on_model_save: transformers 5.24 still saves the adapter (its peft "
+                   "branch of save_model); an older transformers writes adapter_model.safetensors with no weights",
                    help="set \"stage3_gather_16bit_weights_on_model_save\": true in zero_optimization",
                    related=ctx.ds_related("zero_optimization", message="the ZeRO-3 section"))
 
@@ -167,3 +229,51 @@ def lora_targets(ctx: FineTuneCheck) -> None:
         ctx.report(UNKNOWN_TARGET, "lora_target", f"LoRA target{'s' if len(unknown) > 1 else ''} "
                    f"{', '.join(unknown)} not in {ctx.arch.name}; peft raises 'Target modules ... not found in "
                    "the base model'")
+
+
+def _axolotl_attention(ft) -> str | None:
+    """axolotl's attn_implementation after normalize_attn_implementation (the first legacy flag set wins)."""
+    written = ft.get("attn_implementation")
+    if written:
+        return str(written)
+    return next((impl for flag, impl in AXOLOTL_LEGACY.items() if ft.flag(flag)), None)
+
+
+@check(PACKING_CROSS, PADDING_FREE_UNPACKED, target="finetune")
+def packing(ctx: FineTuneCheck) -> None:
+    ft = ctx.ft
+    if ft.dialect.name == "axolotl" and ft.flag("packing"):
+        impl = _axolotl_attention(ft)
+        if impl not in AXOLOTL_ISOLATING:
+            backend = f"attn_implementation {impl!r}" if impl else "no attention backend"
+            ctx.report(PACKING_CROSS, "packing", f"sample_packing with {backend}: axolotl warns it 'does not "
+                       "handle cross-sample decontamination'",
+                       help="set attn_implementation: flash_attention_2 (or flex_attention, sdpa)")
+    if ft.dialect.name != "trl":
+        return
+    strategy = str(ft.get("packing_strategy"))
+    impl = ft.get("attn_implementation")
+    if ft.flag("packing") and strategy in ("bfd", "bfd_split") and impl not in TRL_FLASH:
+        ctx.report(PACKING_CROSS, "packing", f"packing ({strategy}) with attn_implementation {impl!r}: TRL warns "
+                   "it 'may lead to cross-contamination between samples'",
+                   help="set attn_implementation: flash_attention_2, or packing: false")
+    if ft.flag("padding_free") and not ft.flag("packing") and ft.get("seq_len") is not None:
+        ctx.report(PADDING_FREE_UNPACKED, "padding_free", "padding_free without packing: SFTTrainer raises 'When "
+                   "padding_free=True without packing, max_length is not enforced'",
+                   help="set packing: true, or max_length: null")
+
+
+@check(SAVE_HOST, target="finetune")
+def save_host(ctx: FineTuneCheck) -> None:
+    ft = ctx.ft
+    if ctx.zero_stage is None or ctx.zero_stage == 3 or ft.method not in ("lora", "qlora"):
+        return
+    size = "the whole model"
+    if ctx.arch is not None and ft.method == "lora":
+        # the engine casts every floating parameter to the config's dtype under ZeRO 0-2 (engine.py)
+        nbytes = model_param_count(ctx.arch) * DTYPE_BYTES[ft.precision()]
+        size = f"the whole model ({nbytes / GIB:.1f} GiB for {ctx.arch.name})"
+    ctx.report(SAVE_HOST, "deepspeed", f"LoRA under ZeRO-{ctx.zero_stage}: at every save each rank copies {size} "
+               "to host RAM (accelerate get_state_dict: clone_tensors_for_torch_save), frozen base included",
+               help="ZeRO-3 saves gather the adapter alone (Trainer.save_model, exclude_frozen_parameters=True)",
+               related=ctx.ds_related("zero_optimization", message="the ZeRO section"))

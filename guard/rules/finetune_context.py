@@ -40,9 +40,9 @@ class FineTuneCheck:
 
     def report(self, rule: Rule, name: str, message: str, *, help: str | None = None, value: bool = True,
                related: list[Related] | None = None) -> None:
-        key = self.ft.written.get(name)
-        pointer = "/" + key if key else None
-        self.diagnostics.append(rule.diagnostic(self.ft.path, message, self.ft.span(name, value=value), pointer,
+        place = self.ft.where(name)  # a key of the file, or the flag that wrote it on a command line
+        path, pointer = (place.path, place.pointer) if place else (self.ft.path, None)
+        self.diagnostics.append(rule.diagnostic(path, message, self.ft.span(name, value=value), pointer,
                                                 help=help, related=related or []))
 
     def ds_related(self, *path: str, message: str) -> list[Related]:

@@ -82,6 +82,13 @@ def parse_launch(command: Command) -> Launch | None:
     return _finish(Launch(command, layers, program, words[i + 1:]))
 
 
+def launch_with(command: Command, kind: str, name: LText, words: list[LText]) -> Launch:
+    """The world a launcher of `kind` starts with the options `words` (a launcher a tool runs for the user:
+    `axolotl train ... -- --num_processes 4`, the options `trl sft` hands accelerate)."""
+    opts, _ = read_options(kind, words, 0)
+    return _finish(Launch(command, [Layer(kind, name, opts)], None, []))
+
+
 def _int(value: LText | None) -> int | None:
     if value is None or not value.resolved:
         return None

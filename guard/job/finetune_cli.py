@@ -1,0 +1,200 @@
+"""Fine-tuning jobs started from a command line: `llamafactory-cli train`, `axolotl train`, `trl sft`, and an
+HF Trainer program under accelerate / torchrun / deepspeed / python, read into one FineTuneConfig whose values
+keep their place (a key of the config file, or the flag on the command line)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from guard.diagnostic import Span
+from guard.job import finetune_argv as argv
+from guard.job.finetune_config import FineTuneConfig, Where, read
+from guard.job.finetune_dialects import AXOLOTL, HF_PROGRAM, LLAMAFACTORY, TRL, TRL_FLAGS, Dialect
+from guard.job.finetune_world import World, accelerate_file, axolotl_world, llamafactory_world, resolve, trl_world
+from guard.megatron.from_script import hf_trainer_like
+from guard.shell.launcher import Launch, find_launches
+from guard.shell.located import LText
+from guard.shell.model import Command, Script
+from guard.sources.document import Document, SourceError
+
+TRL_COMMANDS = {"sft", "dpo", "grpo", "kto", "reward", "rloo"}  # trl/cli/main.py: TrainingCommand(name)
+TRL_LISTS = frozenset({"lora_target_modules", "lora_modules_to_save", "report_to"})  # list fields: nargs="+"
+# accelerate launch options `trl <command>` hands on (trl/cli/commands/training.py: the strings its parser leaves)
+TRL_LAUNCH = {"--num_processes", "--num_machines", "--config_file", "--accelerate_config", "--multi_gpu",
+              "--main_process_port", "--mixed_precision"}
+
+
+@dataclass
+class CliTraining:
+    """One command of a script that starts a fine-tuning job."""
+
+    command: Command
+    ft: FineTuneConfig | None = None
+    world: World = field(default_factory=World)
+    error: tuple[str, SourceError] | None = None  # a file the command names that cannot be read or parsed
+    unknown: list[tuple[Where, str]] = field(default_factory=list)  # values not known statically
+
+    @property
+    def anchor(self) -> Span:
+        return Span(self.command.span.line, self.command.span.col)
+
+    def judged_world(self, ours: int | None, forced: bool) -> int | None:
+        """The launcher's world wins over --world-size unless that is forced."""
+        return self.world.size if self.world.size and not (ours and forced) else ours
+
+
+def read_script(script: Script, text: str, load) -> list[CliTraining]:
+    """Every command of `script` that starts a fine-tuning job; `load(path)` -> Document (or SourceError)."""
+    launches = {id(launch.command): launch for launch in find_launches(script)}
+    out = []
+    for command in script.commands:
+        found = _read_command(script, command, launches.get(id(command)), text, load)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _read_command(script: Script, command: Command, launch: Launch | None, text: str, load):
+    words = command.words
+    name = os.path.basename(words[0].text) if words else ""
+    sub = words[1].text if len(words) > 1 else ""
+    env = _environment(script, command)
+    if name in ("llamafactory-cli", "lmf") and sub == "train":
+        return _llamafactory(script, command, words[2:], text, load, llamafactory_world(command, env))
+    if name == "axolotl" and sub == "train":
+        return _axolotl(script, command, words[2:], text, load, click=True)
+    if name == "trl" and sub in TRL_COMMANDS:
+        return _trl(script, command, words[2:], text, load)
+    if launch is None:
+        return None
+    program = launch.program.text if launch.program is not None else ""
+    if program == "axolotl.cli.train":
+        return _axolotl(script, command, launch.args, text, load, click=False, launch=launch)
+    args = launch.args
+    first = args[0].text if args else ""
+    if first.endswith((".yaml", ".yml", ".json")) and not first.startswith("-"):  # LLaMA-Factory's train.py
+        found = _llamafactory(script, command, args, text, load, World.of_launch(launch, command.path))
+        return found if found.error or (found.ft and found.ft.dialect is LLAMAFACTORY) else None
+    names = {w.text.split("=")[0][2:].replace("-", "_") for w in args if w.text.startswith("--")}
+    if hf_trainer_like(args) or "config" in names:
+        trl = "config" in names or names & TRL_FLAGS or program.startswith("trl.") or "/trl/" in program
+        found = _hf(script, command, args, text, load, TRL if trl else HF_PROGRAM,
+                    World.of_launch(launch, command.path))
+        accelerate_file(found, launch.layer("accelerate"), load)
+        return found if found.error or found.ft else None
+    return None
+
+
+def _environment(script: Script, command: Command) -> dict[str, LText]:
+    env = {name: value for name, (value, _span, _where) in script.exports.items()}
+    env.update(command.env)
+    return env
+
+
+def _llamafactory(script, command, words, text, load, world: World) -> CliTraining:
+    """hparams/parser.py read_args: a `.yaml`/`.yml`/`.json` first argument is the config and the rest is an
+    OmegaConf dotlist merged over it; otherwise the words are HfArgumentParser's."""
+    found = CliTraining(command, world=world)
+    first = words[0].text if words else ""
+    if first.endswith((".yaml", ".yml", ".json")):
+        doc = _load(found, words[0], command.path, load)
+        if doc is None:
+            return found
+        found.ft = read(doc, LLAMAFACTORY)
+        settings, _rest = argv.dotlist(words[1:], command.path)
+    else:
+        found.ft = _bare(script, command, text, LLAMAFACTORY)
+        settings, _rest = argv.hf_args(words, LLAMAFACTORY, command.path)
+    _apply(found, settings)
+    return found
+
+
+def _axolotl(script, command, words, text, load, click: bool, launch: Launch | None = None) -> CliTraining:
+    """`axolotl train CONFIG [--key-name value] [-- LAUNCHER ARGS]` (click; the launcher is accelerate unless
+    --launcher says otherwise) or `... -m axolotl.cli.train CONFIG [--key_name value]` (fire)."""
+    cut = next((i for i, w in enumerate(words) if w.text == "--"), len(words))
+    words, launcher_args = words[:cut], words[cut + 1:]
+    found = CliTraining(command)
+    config = next((w for w in words if not w.text.startswith("-")), None)
+    if config is None:
+        return found
+    doc = _load(found, config, command.path, load)
+    if doc is None:
+        return found
+    found.ft = read(doc, AXOLOTL)
+    existing = doc.data if isinstance(doc.data, dict) else {}
+    settings, _rest = argv.axolotl_args([w for w in words if w is not config], command.path, existing, click)
+    chosen = next((s for s in settings if s.key == "launcher"), None)
+    found.world = axolotl_world(command, chosen, launcher_args) if click else World.of_launch(launch, command.path)
+    _apply(found, [s for s in settings if s.key != "launcher" or not click])
+    return found
+
+
+def _trl(script, command, words, text, load) -> CliTraining:
+    """`trl sft [--config x.yaml] [--flag value]`: TrlParser takes the training arguments, and the strings its
+    parser leaves (--num_processes, --config_file, --accelerate_config, ...) go to `accelerate launch`."""
+    ours, launcher = [], []
+    i = 0
+    while i < len(words):
+        name = words[i].text.split("=")[0]
+        into = launcher if name in TRL_LAUNCH else ours
+        takes = name in TRL_LAUNCH and "=" not in words[i].text and name != "--multi_gpu"
+        into.extend(words[i:i + 1 + takes])
+        i += 1 + takes
+    found = _hf(script, command, ours, text, load, TRL, trl_world(command, launcher))
+    accelerate_file(found, None, load, launcher)
+    return found
+
+
+def _hf(script, command, words, text, load, dialect: Dialect, world: World) -> CliTraining:
+    """HfArgumentParser over the words; TrlParser's `--config x.yaml` first sets the defaults the flags override."""
+    found = CliTraining(command, world=world)
+    at = next((i for i, w in enumerate(words) if w.text == "--config"), None)
+    if at is not None and at + 1 < len(words):
+        doc = _load(found, words[at + 1], command.path, load)
+        if doc is None:
+            return found
+        found.ft = read(doc, dialect)
+        words = words[:at] + words[at + 2:]
+    else:
+        found.ft = _bare(script, command, text, dialect)
+    settings, _rest = argv.hf_args(words, dialect, command.path, TRL_LISTS)
+    _apply(found, settings)
+    return found
+
+
+def _bare(script: Script, command: Command, text: str, dialect: Dialect) -> FineTuneConfig:
+    """A command line with no config file: the values all come from flags, reported in the script."""
+    doc = Document(command.path, text if command.path == script.path else "", {}, "argv")
+    return FineTuneConfig(dialect, doc, anchor=Span(command.span.line, command.span.col))
+
+
+def _apply(found: CliTraining, settings: list[argv.Setting]) -> None:
+    for setting in settings:
+        if setting.known:
+            found.ft.put(setting.key, setting.value, setting.where)
+        elif setting.key in found.ft.dialect.keys.values():  # `$BS`: the value guard reads stays the default
+            found.unknown.append((setting.where, f"{setting.where.pointer} {setting.value} is not known statically"))
+
+
+def _load(found: CliTraining, word: LText, script_path: str, load) -> Document | None:
+    if not word.resolved:
+        found.error = (script_path, SourceError(f"the config file {word.raw or word.text} is not known statically",
+                                                word.span(), "GRD001"))
+        return None
+    path = resolve(word.text, script_path)
+    if not os.path.isfile(path):
+        found.error = (script_path, SourceError(f"config file {word.text!r} not found (looked from the working "
+                                                "directory and from the script's folder up)", word.span(), "GRD001"))
+        return None
+    try:
+        doc = load(path)
+    except SourceError as err:
+        found.error = (path, err)
+        return None
+    if not isinstance(doc.data, dict):
+        found.error = (path, SourceError("a training config must be a mapping", Span(1, 1)))
+        return None
+    return doc
+
