@@ -243,6 +243,6 @@ def _adapter_states(setup: TrainingJob, dp_rank: int | None) -> States:
     out.params = out.terms["trainable adapter parameters"] + sum(frozen.values())
     out.grads = out.terms.get("gradients", 0) + buckets
     out.explain.append(f"LoRA r={setup.adapter.rank} on {', '.join(setup.adapter.targets)}: {inv.total:,} trainable "
-                       f"parameters in {adapter_states.trainable_dtype(setup)}; frozen base "
+                       f"parameters in {adapter_states.trainable_dtype(setup)}; "
                        + ", ".join(f"{k} {v:,} B" for k, v in frozen.items()))
     return out
