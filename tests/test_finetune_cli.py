@@ -196,3 +196,24 @@ def test_a_missing_config_file_is_exit_2_at_its_word(tmp_path):
     assert code == 2 and f"{path}:1:{_col(script, 'nothere')}:" in err and "Traceback" not in err
     code, found = _check(path)
     assert code == 2 and [d["code"] for d in found] == ["GRD001"]
+
+
+def test_seq_length_from_the_command_line_only_where_the_config_has_none(tmp_path):
+    """A plain HF Trainer program: TrainingArguments has no sequence length, so --seq-length sets it (and without
+    it TRL SFT's 1024 is priced, said in a note). A LLaMA-Factory config decides its own cutoff_len: exit 2."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
+                                                  "zero_optimization": {"stage": 2}}))
+    script = tmp_path / "run.sh"
+    script.write_text("deepspeed --num_gpus=4 main.py --deepspeed ds.json --model_name_or_path "
+                      "meta-llama/Llama-2-7b-hf --output_dir out --per_device_train_batch_size 4 --fp16\n")
+    code, out, _ = run_guard("estimate", str(script), "--format", "json")
+    assert code == 0 and json.loads(out)["layout"]["seq_length"] == 1024
+    code, out, _ = run_guard("estimate", str(script))
+    assert "TrainingArguments has no sequence length" in out
+    code, out, _ = run_guard("estimate", str(script), "--seq-length", "4096", "--format", "json")
+    assert code == 0 and json.loads(out)["layout"]["seq_length"] == 4096
+    config = tmp_path / "sft.yaml"
+    config.write_text("model_name_or_path: meta-llama/Llama-2-7b-hf\nstage: sft\nfinetuning_type: lora\n"
+                      "cutoff_len: 2048\n")
+    code, _, err = run_guard("estimate", str(config), "--seq-length", "4096")
+    assert code == 2 and "cutoff_len" in err and len(err.strip().splitlines()) == 1

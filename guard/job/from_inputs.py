@@ -65,7 +65,7 @@ def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
         if configs:
             raise InputError(f"{cmd.command.path}: the fine-tuning command names its own config files; "
                              "do not give one separately")
-        return _finetune_job(cmd.ft, arch, settings, cmd)
+        return _finetune_job(_cli_values(inputs, cmd.ft), arch, settings, cmd)
     if cmd is not None:
         if configs:
             raise InputError("a Megatron job reads its DeepSpeed config from --deepspeed_config in the "
@@ -81,7 +81,7 @@ def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
 
     training = read_training_config(doc)
     if training is not None:
-        return _finetune_job(training, arch, settings)
+        return _finetune_job(_cli_values(inputs, training), arch, settings)
     if arch is None:
         raise InputError("a DeepSpeed config does not describe the model: give --hf-config or --model")
     return _deepspeed_job(inputs, configs[0], arch, settings, doc)
@@ -94,6 +94,7 @@ def _finetune_job(ft, arch, settings: Settings, cli=None) -> JobSource:
     import os
 
     from guard.job import model_ref
+    from guard.job.finetune_dialects import HF_PROGRAM
     from guard.job.from_finetune import read_finetune
     from guard.job.hf_config import HfConfigError
     from guard.job.layout import DEFAULT_GPUS_PER_NODE
@@ -128,6 +129,12 @@ def _finetune_job(ft, arch, settings: Settings, cli=None) -> JobSource:
     except IncompleteJob as err:
         raise InputError(str(err)) from None
     job.origins["model"] = model_origin
+    if "seq_len" not in ft.written:
+        if "seq_len" in ft.values:  # _cli_values: --seq-length for a program whose arguments have none
+            job.origins["seq_length"] = Origin("cli", "--seq-length")
+        elif ft.dialect is HF_PROGRAM:
+            job.notes.append(f"TrainingArguments has no sequence length: {job.seq_length} (TRL SFT's max_length) "
+                             "is priced; give --seq-length N")
     if cli is not None:
         job.notes.extend(f"{w.path}:{w.key.line}:{w.key.col}: {message} (the default is priced)"
                          for w, message in cli.unknown)
@@ -136,6 +143,21 @@ def _finetune_job(ft, arch, settings: Settings, cli=None) -> JobSource:
                              "(--force-world-size)")
     return JobSource(job)
 
+
+def _cli_values(inputs: JobInputs, ft):
+    """The training config decides the batch, the precision and checkpointing; --seq-length only where it cannot
+    (a plain HF Trainer program: TrainingArguments has no sequence length, TRL SFT's is priced unless given)."""
+    from guard.job.finetune_dialects import HF_PROGRAM
+
+    given = [flag for flag, value in (("--micro-batch-size", inputs.micro_batch), ("--precision", inputs.precision),
+                                      ("--gradient-checkpointing", inputs.gradient_checkpointing)) if value]
+    if inputs.seq_length and (ft.dialect is not HF_PROGRAM or "seq_len" in ft.written):
+        given.insert(0, f"--seq-length (the config's {ft.dialect.keys['seq_len']})")
+    if given:
+        raise InputError(f"{', '.join(given)}: {ft.path} decides it; write it in the training config")
+    if inputs.seq_length:
+        ft.values["seq_len"] = inputs.seq_length
+    return ft
 
 
 def _deepspeed_job(inputs: JobInputs, path: str, arch, settings: Settings, doc) -> JobSource:
