@@ -29,8 +29,9 @@ READERS = {"qkv": ("q_proj", "k_proj", "v_proj"), "proj": ("o_proj",), "mlp": ("
 
 
 def repeats_kv(setup: TrainingJob) -> bool:
-    """transformers' SDPA call repeats grouped K/V to every head: with a mask (use_gqa_in_sdpa)."""
-    return setup.padded_batches
+    """transformers' SDPA call repeats grouped K/V to every head with a mask, or past 256-wide heads
+    (use_gqa_in_sdpa: `attention_mask is None and key.shape[-1] == value.shape[-1] <= 256`)."""
+    return setup.padded_batches or setup.arch.kv_channels > 256
 
 
 def mask_copy(setup: TrainingJob, act: int, s: float) -> float:
