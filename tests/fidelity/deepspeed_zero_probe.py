@@ -283,20 +283,25 @@ def run_case(case: dict, model_config: dict) -> dict:
     return result
 
 
-def main() -> None:
+def run_ranks(run_case) -> None:
+    """Under torchrun: each case of CASES.json (argv[1]) through `run_case(case, model)` on this rank, written to
+    OUT_DIR/<rank>.json (argv[2]); DeepSpeed's shm communication op is not built (deepspeed_oracle.py)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
     from deepspeed_oracle import skip_shm_comm_build
 
     skip_shm_comm_build()
     spec = json.load(open(sys.argv[1]))
-    out_dir = sys.argv[2]
     rank = int(os.environ.get("RANK", "0"))
-    results = {}
-    for name, case in spec["cases"].items():
-        results[name] = run_case(case, spec["model"])
-        results[name]["dp"] = int(os.environ.get("WORLD_SIZE", "1"))
-    with open(os.path.join(out_dir, f"{rank}.json"), "w") as handle:
+    results = {name: run_case(case, spec["model"]) for name, case in spec["cases"].items()}
+    with open(os.path.join(sys.argv[2], f"{rank}.json"), "w") as handle:
         json.dump(results, handle, indent=1)
+
+
+def main() -> None:
+    def with_dp(case: dict, model: dict) -> dict:
+        return {**run_case(case, model), "dp": int(os.environ.get("WORLD_SIZE", "1"))}
+
+    run_ranks(with_dp)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ fp32 adapters (autocast_adapter_dtype).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -83,12 +82,7 @@ def run_case(case: dict, model_config: dict, helpers) -> dict:
 
 def main() -> None:
     helpers = _probe_helpers()
-    spec = json.load(open(sys.argv[1]))
-    rank = int(os.environ.get("RANK", "0"))
-    results = {name: run_case(case, spec["model"], helpers) for name, case in spec["cases"].items()}
-    with open(os.path.join(sys.argv[2], f"{rank}.json"), "w") as handle:
-        json.dump(results, handle, indent=1)
-
+    helpers.run_ranks(lambda case, model: run_case(case, model, helpers))
 
 if __name__ == "__main__":
     main()

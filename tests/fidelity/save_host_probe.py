@@ -9,9 +9,6 @@ Writes OUT_DIR/<rank>.json: per case, the bytes of the distinct host tensors ret
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 
 import torch
 
@@ -59,16 +56,9 @@ def run_case(case: dict, model_config: dict) -> dict:
 
 
 def main() -> None:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
-    from deepspeed_oracle import skip_shm_comm_build
+    from deepspeed_zero_probe import run_ranks  # beside this file, on sys.path as the script's folder
 
-    skip_shm_comm_build()
-    spec = json.load(open(sys.argv[1]))
-    rank = int(os.environ.get("RANK", "0"))
-    results = {name: run_case(case, spec["model"]) for name, case in spec["cases"].items()}
-    with open(os.path.join(sys.argv[2], f"{rank}.json"), "w") as handle:
-        json.dump(results, handle, indent=1)
-
+    run_ranks(run_case)
 
 if __name__ == "__main__":
     main()
