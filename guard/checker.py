@@ -168,7 +168,7 @@ class Checker:
 
     # -- Megatron launch scripts, command-line files, --megatron-args -----------------------------
     def check_script(self, path: str, explicit: bool = True) -> tuple[list[Diagnostic], bool]:
-        from guard.job.from_inputs import finetune_commands
+        from guard.job.finetune_cli import finetune_commands
         from guard.megatron.from_script import analyse
         from guard.sources.loader import read_text
 

@@ -54,6 +54,24 @@ def is_config(path: str) -> bool:
     return config_format(path) is not None
 
 
+def find_near(name: str, near: str) -> str | None:
+    """The file a config or a command names: from the working directory (what the framework opens), else from
+    the folder of `near` (the file that names it) and its parents (a repository's examples run from its root)."""
+    if os.path.isabs(name):
+        return name if os.path.isfile(name) else None
+    if os.path.isfile(name):
+        return name
+    folder = os.path.dirname(os.path.abspath(near))
+    while True:
+        candidate = os.path.join(folder, name)
+        if os.path.isfile(candidate):
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def split_inputs(paths: list[str]) -> tuple[list[str], list[str]]:
     """(configs, scripts): files named on the command line, by what guard reads them as."""
     return [p for p in paths if is_config(p)], [p for p in paths if not is_config(p)]

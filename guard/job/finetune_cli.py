@@ -8,15 +8,17 @@ import os
 from dataclasses import dataclass, field
 
 from guard.diagnostic import Span
+from guard.inputs import find_near
 from guard.job import finetune_argv as argv
 from guard.job.finetune_config import FineTuneConfig, Where, read
 from guard.job.finetune_dialects import AXOLOTL, HF_PROGRAM, LLAMAFACTORY, TRL, TRL_FLAGS, Dialect
-from guard.job.finetune_world import World, accelerate_file, axolotl_world, llamafactory_world, resolve, trl_world
+from guard.job.finetune_world import World, accelerate_file, axolotl_world, llamafactory_world, trl_world
 from guard.megatron.from_script import hf_trainer_like
 from guard.shell.launcher import Launch, find_launches
 from guard.shell.located import LText
 from guard.shell.model import Command, Script
 from guard.sources.document import Document, SourceError
+from guard.sources.loader import load_document
 
 TRL_COMMANDS = {"sft", "dpo", "grpo", "kto", "reward", "rloo"}  # trl/cli/main.py: TrainingCommand(name)
 TRL_LISTS = frozenset({"lora_target_modules", "lora_modules_to_save", "report_to"})  # list fields: nargs="+"
@@ -53,6 +55,14 @@ def read_script(script: Script, text: str, load) -> list[CliTraining]:
         if found is not None:
             out.append(found)
     return out
+
+
+def finetune_commands(result, text: str) -> tuple[list[CliTraining], list]:
+    """(the fine-tuning commands of a script analysed by guard.megatron.from_script, its Megatron jobs on the
+    other commands): a command is read one way only."""
+    found = read_script(result.script, text, load_document) if result.script is not None else []
+    taken = {id(f.command) for f in found}
+    return found, [j for j in result.jobs if j.launch is None or id(j.launch.command) not in taken]
 
 
 def _read_command(script: Script, command: Command, launch: Launch | None, text: str, load):
@@ -183,8 +193,8 @@ def _load(found: CliTraining, word: LText, script_path: str, load) -> Document |
         found.error = (script_path, SourceError(f"the config file {word.raw or word.text} is not known statically",
                                                 word.span(), "GRD001"))
         return None
-    path = resolve(word.text, script_path)
-    if not os.path.isfile(path):
+    path = find_near(word.text, script_path)
+    if path is None:
         found.error = (script_path, SourceError(f"config file {word.text!r} not found (looked from the working "
                                                 "directory and from the script's folder up)", word.span(), "GRD001"))
         return None

@@ -3,9 +3,9 @@ axolotl's and TRL's launcher arguments, or the accelerate config file it names."
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from guard.inputs import find_near
 from guard.job.finetune_config import Where
 from guard.job.origin import Origin
 from guard.shell.launcher import Launch, launch_with
@@ -92,21 +92,6 @@ def trl_world(command: Command, launcher_args: list[LText]) -> World:
     return world
 
 
-def resolve(text: str, script_path: str) -> str:
-    """A file a command names: from the working directory, else from the script's folder and its parents."""
-    if os.path.isabs(text) or os.path.exists(text):
-        return text
-    folder = os.path.dirname(os.path.abspath(script_path))
-    while True:
-        candidate = os.path.join(folder, text)
-        if os.path.exists(candidate):
-            return candidate
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return text
-        folder = parent
-
-
 def accelerate_file(found, layer, load, words: list[LText] | None = None) -> None:
     """An accelerate config named with --config_file (or trl's --accelerate_config FILE): its num_processes is
     the world when no --num_processes is given, and its DeepSpeed plugin the DeepSpeed config when no
@@ -119,8 +104,8 @@ def accelerate_file(found, layer, load, words: list[LText] | None = None) -> Non
     named = opts.get("--config_file") or opts.get("--accelerate_config")
     if named is None or not named.resolved or found.ft is None:
         return
-    path = resolve(named.text, found.command.path)
-    if not os.path.isfile(path):
+    path = find_near(named.text, found.command.path)
+    if path is None:
         return  # a name accelerate or trl resolves itself (trl's zero3, ...): guard does not guess it
     try:
         doc = load(path)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
+from guard.inputs import find_near
 from guard.job import trainer_fill
-from guard.job.finetune_config import FineTuneConfig
 from guard.job.adapter import Adapter, adapter_tensors, resolve_targets, supports
 from guard.job.architecture import Architecture
+from guard.job.finetune_config import FineTuneConfig
 from guard.job.from_deepspeed import read_deepspeed
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob, TrainingJob
@@ -17,28 +16,12 @@ from guard.job.training_job import IncompleteJob, TrainingJob
 QUANT_STORAGE = {"llamafactory": None, "axolotl": "bf16", "trl": "uint8"}
 
 
-def deepspeed_candidates(ft: FineTuneConfig) -> list[str]:
-    """Where the framework may find the `deepspeed:` path: from the working directory (what the framework
-    opens), then from the config's folder and its parents (a repository's examples are run from its root)."""
-    value = str(ft.get("deepspeed"))
-    if os.path.isabs(value):
-        return [value]
-    out = [value]
-    place = ft.where("deepspeed")  # a flag's path is found from the script that gives it
-    folder = os.path.dirname(os.path.abspath(place.path if place else ft.path))
-    while True:
-        out.append(os.path.join(folder, value))
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return out
-        folder = parent
-
-
 def deepspeed_file(ft: FineTuneConfig) -> str | None:
     """The DeepSpeed file the config names, when it exists (None: no `deepspeed:` key, or not found)."""
     if not isinstance(ft.get("deepspeed"), str) or not ft.get("deepspeed"):
         return None
-    return next((p for p in deepspeed_candidates(ft) if os.path.isfile(p)), None)
+    place = ft.where("deepspeed")  # a flag's path is found from the script that gives it
+    return find_near(ft.get("deepspeed"), place.path if place else ft.path)
 
 
 def at(ft: FineTuneConfig, name: str) -> str:

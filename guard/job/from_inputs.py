@@ -60,8 +60,10 @@ def _read_source(inputs: JobInputs, settings: Settings) -> JobSource:
     arch = _architecture(inputs)
     configs, scripts = split_inputs(inputs.paths)
     configs = ([inputs.deepspeed] if inputs.deepspeed else []) + configs
+    from guard.job.finetune_cli import CliTraining
+
     cmd = _megatron_command(inputs, scripts, settings)
-    if cmd is not None and hasattr(cmd, "ft"):  # a fine-tuning command (guard.job.finetune_cli.CliTraining)
+    if isinstance(cmd, CliTraining):  # a fine-tuning command
         if configs:
             raise InputError(f"{cmd.command.path}: the fine-tuning command names its own config files; "
                              "do not give one separately")
@@ -240,6 +242,8 @@ def _megatron_command(inputs: JobInputs, scripts: list[str], settings: Settings)
         text, _ = read_text(path)
     except SourceError as err:
         raise InputError(f"{path}: {err.message}") from None
+    from guard.job.finetune_cli import finetune_commands
+
     result = analyse(path, text, settings)
     found, jobs = finetune_commands(result, text)
     if found and not jobs:
@@ -253,16 +257,6 @@ def _megatron_command(inputs: JobInputs, scripts: list[str], settings: Settings)
         where = f"{path}:{first.span.line}:{first.span.col}: " if first else f"{path}: "
         raise InputError(where + (first.message if first else "no Megatron command in this file"))
     return result.jobs[0]
-
-
-def finetune_commands(result, text: str):
-    """(the fine-tuning commands of an analysed script, its Megatron jobs on the other commands)."""
-    from guard.job.finetune_cli import read_script
-    from guard.sources.loader import load_document
-
-    found = read_script(result.script, text, load_document) if result.script is not None else []
-    taken = {id(f.command) for f in found}
-    return found, [j for j in result.jobs if j.launch is None or id(j.launch.command) not in taken]
 
 
 def _load_config(path: str):

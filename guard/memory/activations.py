@@ -49,8 +49,9 @@ def layer_terms(setup: TrainingJob, index: int, recompute: bool = True) -> dict[
                 terms["softmax output, 16-bit copy"] = act * heads * s * s * b
         else:
             terms["softmax statistics (fp32)"] = 4 * heads * sb
-            if setup.eager and hf_layers.mask_copy(setup, act, s):
-                terms["attention mask (SDPA's converted copy)"] = hf_layers.mask_copy(setup, act, s)
+            mask = hf_layers.mask_copy(setup, act, s) if setup.eager else 0.0
+            if mask:
+                terms["attention mask (SDPA's converted copy)"] = mask
     # a fused kernel keeps its output, which is the projection's input; eager matmuls leave it to the projection
     if setup.attention != "unfused" or not setup.eager or hf_layers.keeps_input(setup, "proj", act):
         terms["attention output (projection input)"] = act * sb * arch.query_size / t
