@@ -16,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.estimate import estimate_stage
 from guard.settings import Settings
 
@@ -43,7 +44,7 @@ def predict(run: dict) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "run.sh"
         script.write_text(launch_script(run))
-        job = read_job(JobInputs(paths=[str(script)]), settings).required()
+        job = read(Request(paths=(str(script),)), settings).job.required()
     # the logging rank is last in every group: its data-parallel index is the last one
     stage = estimate_stage(job, job.layout.pp - 1, dp_rank=job.dp * job.layout.cp - 1)
     peak = stage.peak_bytes - stage.components["runtime"]

@@ -10,7 +10,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.gpu_choice import choose_gpu
 from guard.plan.hardware import hardware
 from guard.plan.step_time import replayed, step_time
@@ -26,7 +27,7 @@ def predict(run: dict) -> float:
     settings.world_size = run["world_size"]
     settings.gpus_per_node = 4 if run["gpu"] == "GB200" else 8
     args = run["args"] + ("" if "--vocab-size" in run["args"] else " --vocab-size 50257")
-    job = read_job(JobInputs(megatron_args=args), settings).required()
+    job = read(Request(megatron_args=(args,)), settings).job.required()
     hw = hardware(choose_gpu(GPUS[run["gpu"]]), job.params_dtype)
     return replayed(job, step_time(job, hw)).seconds
 

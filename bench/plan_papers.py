@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import statistics
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.estimate import estimate
 from guard.memory.gpu_choice import choose_gpu
 from guard.plan.hardware import hardware
@@ -45,7 +46,7 @@ def job(heads, hidden, layers, tp, pp, gpus, batch, micro, vpp, recompute):
              if recompute == "full" else " --sequence-parallel --recompute-granularity selective")
     settings = Settings()
     settings.world_size = gpus
-    out = read_job(JobInputs(megatron_args=args), settings)
+    out = read(Request(megatron_args=(args,)), settings).job
     out.attention = "unfused"  # the papers' softmax: scores materialised (no flash attention in 2021-22)
     return out
 

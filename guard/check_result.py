@@ -12,7 +12,7 @@ class CheckResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
     unreadable: bool = False
-    jobs: list = field(default_factory=list)  # the TrainingJob of every Megatron command judged, in order
+    subjects: list = field(default_factory=list)  # every job judged (guard.job.subject.Subject), in order
     fail_on: Severity = Severity.WARNING  # findings of this severity or worse make the exit code 1
     # files of walked folders that were not checked: (path, why); a file named on the command line never is
     skipped: list[tuple[str, str]] = field(default_factory=list)

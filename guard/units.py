@@ -1,8 +1,9 @@
-"""Byte sizes: parse "80GB" / "80GiB" / plain bytes, and print GiB."""
+"""Byte sizes: parse "80GB" / "80GiB" / plain bytes, print GiB, and the headroom a GPU keeps free."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 GIB = 1 << 30  # binary units: what torch.cuda reports and what guard prints
 MIB = 1 << 20
@@ -27,3 +28,33 @@ def parse_size(text: str) -> int:
 
 def gib(nbytes: float) -> str:
     return f"{nbytes / GIB:.2f}"
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Memory to leave free on every GPU: a size, or a share of the GPU's memory (--headroom 2GiB / 10%)."""
+
+    size: int = 0
+    share: float = 0.0  # a fraction of the total, 0 <= share < 1
+
+    def of(self, total: int) -> int:
+        return self.size + int(total * self.share)
+
+    def describe(self) -> str:
+        return f"{self.share:.0%}" if self.share else f"{self.size / GIB:g} GiB"
+
+
+def parse_headroom(text: str) -> Headroom:
+    """'10%' of each GPU, or a size with its unit ('2GiB'); '0' is none. ValueError with the reason."""
+    text = text.strip()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            raise ValueError(f"expected a size or a percentage, got {text!r}") from None
+        if not 0 <= share < 100:
+            raise ValueError(f"a percentage between 0 and 100, got {text!r}")
+        return Headroom(share=share / 100)
+    if text in ("0", "0.0", ""):
+        return Headroom()
+    return Headroom(size=parse_size(text))

@@ -5,11 +5,9 @@ file named by path is never written)."""
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 
-from guard.plugins.in_process import already_checked, run_check, settings_from_environment
+from guard.plugins.in_process import already_checked, guarded
 
 
 def install() -> None:
@@ -35,6 +33,7 @@ def install() -> None:
 
 
 def _architecture(model):
+    from guard.errors import InputError
     from guard.job import hf_config, presets
 
     if model is not None and hasattr(getattr(model, "config", None), "to_dict"):
@@ -43,41 +42,17 @@ def _architecture(model):
         return hf_config.load(os.environ["GUARD_HF_CONFIG"])
     if os.environ.get("GUARD_MODEL"):
         return presets.load(os.environ["GUARD_MODEL"])
-    raise ValueError("guard cannot tell the model: give GUARD_MODEL or GUARD_HF_CONFIG")
+    raise InputError("guard cannot tell the model: give GUARD_MODEL or GUARD_HF_CONFIG")
 
 
-def check_config(config, model) -> dict:
+def check_config(config, model):
     """The config to start DeepSpeed with: the job's own, or the rewritten copy."""
-    from guard.job.from_deepspeed import read_deepspeed
-    from guard.job.from_inputs import JobSource
-    from guard.job.origin import Origin
-    from guard.launch.command import LaunchRequest
+    from guard.intake.in_process import deepspeed_config
 
-    data = config if isinstance(config, dict) else json.load(open(config, encoding="utf-8"))
-    settings = settings_from_environment()
     seq = int(os.environ.get("GUARD_SEQ_LENGTH", "0")) or None
-    job = read_deepspeed(data, str(config) if not isinstance(config, dict) else "<config>", _architecture(model),
-                         settings.world_size, world_origin=Origin("launcher", "WORLD_SIZE"), seq_length=seq,
-                         gpus_per_node=settings.gpus_per_node or 8)
-    request = LaunchRequest(["deepspeed.initialize"], JobSource(job), settings.world_size)
-    written: dict = {}
+    verdict = guarded(lambda: deepspeed_config(config, _architecture(model), seq))
+    if verdict is None or "text" not in verdict.change:
+        return config
+    from guard.sources.json_source import parse_json
 
-    def apply(ctx, verdict, _request, _rank):
-        from guard.job.deepspeed_changes import config_changes
-        from guard.launch.decision import Verdict
-
-        plan = config_changes(data, job, verdict.candidate.job)
-        if plan.refused:
-            why = "; ".join(r.describe() for r in plan.refused)
-            return Verdict("abort", f"cannot rewrite: {why}", verdict.report + [f"cannot rewrite: {why}"])
-        written.update(copy.deepcopy(data))
-        for change in plan.changes:
-            node = written
-            for key in change.path[:-1]:
-                node = node.setdefault(key, {})
-            node[change.path[-1]] = change.value
-        notes = [f"DeepSpeed is given {'.'.join(c.path)} = {c.value!r}" for c in plan.changes]
-        return Verdict("rewrite", verdict.reason, verdict.report + notes, verdict.candidate)
-
-    verdict = run_check(request, apply)
-    return written if verdict.action == "rewrite" and written else config
+    return parse_json(verdict.change["text"], "<rewritten config>").data  # DeepSpeed takes the dict

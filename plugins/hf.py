@@ -5,9 +5,7 @@ abort stops the job before its first step, not before it loads; guard launch sto
 
 from __future__ import annotations
 
-import os
-
-from guard.plugins.in_process import already_checked, run_check, settings_from_environment
+from guard.plugins.in_process import already_checked, guarded
 
 
 class GuardCallback:
@@ -21,34 +19,15 @@ class GuardCallback:
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if already_checked():
             return
-        verdict = run_check(request_for(args, model))
-        if verdict.action == "rewrite":
+        verdict = guarded(lambda: trainer_subject(args, model))
+        if verdict is not None:
             raise SystemExit("guard: the Trainer's arguments cannot be rewritten once it is built: restart with "
                              f"{verdict.reason}")
 
 
-def request_for(args, model):
+def trainer_subject(args, model):
     """The job the Trainer runs: its DeepSpeed config (or plain DP), model, batch and checkpointing."""
+    from guard.intake.in_process import trainer_arguments
     from guard.job import hf_config
-    from guard.job.from_deepspeed import read_deepspeed
-    from guard.job.from_inputs import JobSource
-    from guard.job.origin import Origin
-    from guard.launch.command import LaunchRequest
 
-    settings = settings_from_environment()
-    config = args.deepspeed if isinstance(args.deepspeed, dict) else {}
-    if isinstance(args.deepspeed, str):
-        import json
-
-        with open(args.deepspeed, encoding="utf-8") as handle:
-            config = json.load(handle)
-    arch = hf_config.from_dict(model.config.to_dict(), "the model's config")
-    seq = int(os.environ.get("GUARD_SEQ_LENGTH", "0")) or arch.max_positions
-    config = {**config, "train_micro_batch_size_per_gpu": args.per_device_train_batch_size,
-              "gradient_accumulation_steps": args.gradient_accumulation_steps}
-    job = read_deepspeed(config, "the Trainer's arguments", arch, settings.world_size,
-                         world_origin=Origin("launcher", "WORLD_SIZE"), seq_length=seq,
-                         gradient_checkpointing=bool(args.gradient_checkpointing),
-                         precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
-                         gpus_per_node=settings.gpus_per_node or 8)
-    return LaunchRequest(["Trainer"], JobSource(job), settings.world_size)
+    return trainer_arguments(args, hf_config.from_dict(model.config.to_dict(), "the model's config"))

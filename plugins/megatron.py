@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import sys
 
-from guard.plugins.in_process import already_checked, run_check, settings_from_environment
+from guard.plugins.in_process import already_checked, guarded
 
 
 def check_this_rank() -> None:
-    from guard.job.from_inputs import JobInputs
-    from guard.launch.command import read_launch
+    from guard.intake.in_process import rank_command
 
     if already_checked():
         return
-    request = read_launch([sys.executable, *sys.argv], JobInputs(), settings_from_environment())
-    verdict = run_check(request)
-    if verdict.argv:
-        sys.argv[:] = verdict.argv
+    verdict = guarded(lambda: rank_command([sys.executable, *sys.argv]))
+    if verdict is not None and "flags" in verdict.change:
+        sys.argv[:] = sys.argv + list(verdict.change["flags"])
 
 
 check_this_rank()

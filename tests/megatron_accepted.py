@@ -3,9 +3,10 @@
 One row per (argument set, rule), named as test_megatron_core_oracle.argument_sets names them:
 - `validate_args`: Megatron-LM's parse_args/validate_args refuses it before megatron-core sees it; the
   detail is a pattern on its refusal, reproduced by test_megatron_lm_oracle.py with a core_v0.16.1
-  checkout (MEGATRON_LM_PATH; CI has none). An empty AssertionError is a bare `assert` of validate_args.
-- `parallel_state` / `microbatches`: megatron-core refuses it after the config, in
-  initialize_model_parallel or the microbatch calculator; reproduced here (megatron_core_oracle.later_failure).
+  checkout (../shared/megatron-lm, or MEGATRON_LM_PATH). An empty AssertionError is a bare `assert` of validate_args.
+- `parallel_state` / `microbatches` / `layer_spec`: megatron-core refuses it after the config, in
+  initialize_model_parallel, the microbatch calculator or the GPT layer specs; reproduced here
+  (megatron_core_oracle.later_failure).
 - `forward`: the model's first forward fails; reproduced by one forward of a one-layer GPT with the job's
   heads and groups on CPU (megatron_core_oracle.forward_failure).
 - `schedule`: megatron-core's interleaved pipeline schedule refuses it at the first step; reproduced by
@@ -70,6 +71,7 @@ MEGATRON_ACCEPTED_BUT_ERRS = [
     Case(_F + "MLM109/mixtral.sh", "MLM109", "parallel_state",
          r"is not divisible by expert_tensor_model_pipeline_parallel size"),
     Case(_F + "MLM120/gbs.sh", "MLM120", "microbatches", r"global batch size \(100\) is not divisible"),
+    Case(_F + "MLM114/short.sh", "MLM114", "layer_spec", r"Invalid length of moe_layer_pattern: 4, expected 6"),
     _v(_F + "MLM122/seq.sh", "MLM122", r"max_position_embeddings \(2048\) must be greater than or equal"),
     _v(_F + "MLM123/cp.sh", "MLM123", r"seq-length should be a multiple of 2 \* context-parallel-size"),
     _v(_F + "MLM124/distribute_tp1.sh", "MLM124", r"can distribute recomputed activations only across tensor"),

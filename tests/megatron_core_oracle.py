@@ -4,7 +4,7 @@ Megatron-LM's `core_transformer_config_from_args` would build, and report what i
 The mapping follows megatron/training/arguments.py (validate_args' derived values and
 core_transformer_config_from_args), read by hand; guard's own rule code is not used. `later_failure`,
 `schedule_failures` and `forward_failure` run megatron-core steps that come after the config: the
-parallel-state layout, the microbatch calculator, the interleaved schedule and a model's forward.
+parallel-state layout, the microbatch calculator, the layer specs, the interleaved schedule and a model's forward.
 """
 
 from __future__ import annotations
@@ -125,7 +125,24 @@ def _microbatches(values: dict[str, Any], world_size: int) -> str | None:
     return None
 
 
-LATER = {"parallel_state": _parallel_state, "microbatches": _microbatches}
+def _layer_spec(values: dict[str, Any], world_size: int) -> str | None:
+    """megatron-core's GPT layer specs (get_gpt_decoder_layer_specs, which GPTModel's block spec builds first): the
+    MoE layer pattern's length is checked there."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_layer_specs
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs = transformer_kwargs(values, world_size)
+    freq = kwargs.get("moe_layer_freq")
+    if isinstance(freq, str):  # Megatron-LM's moe_freq_type: an int, else the Python list expression it evals
+        kwargs["moe_layer_freq"] = int(freq) if freq.strip().isdigit() else eval(freq)  # noqa: S307 - test data
+    try:
+        get_gpt_decoder_layer_specs(TransformerConfig(**kwargs), use_transformer_engine=False)
+    except (AssertionError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+LATER = {"parallel_state": _parallel_state, "microbatches": _microbatches, "layer_spec": _layer_spec}
 
 
 def later_failure(kind: str, values: dict[str, Any], world_size: int) -> str | None:

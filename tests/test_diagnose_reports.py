@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guard.diagnose.scan import LogScan, scan_file
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.settings import Settings
 
 from conftest import FIXTURES, run_guard
@@ -67,15 +68,15 @@ def test_megatron_report_and_theoretical_lines():
 
 
 def test_the_job_from_the_printed_arguments_is_the_job_of_its_command_line():
-    from guard.diagnose.with_job import source_from_printed
+    from guard.intake.printed import read_printed
     from guard.memory.estimate import estimate
 
     printed = scan_file(str(LOG)).finish().printed_args
     assert printed is not None and printed.world_size == TP * PP * DP
-    from_log = source_from_printed(printed, Settings()).job
+    from_log = read_printed(printed, Settings()).job
     settings = Settings()
     settings.world_size = TP * PP * DP
-    from_command = read_job(JobInputs(megatron_args=COMMAND, vocab_size=VOCAB_PADDED), settings)
+    from_command = read(Request(megatron_args=(COMMAND,), vocab_size=VOCAB_PADDED), settings).job
     assert (from_log.layout.tp, from_log.layout.pp, from_log.layout.dp) == (TP, PP, DP)
     assert from_log.padded_vocab == VOCAB_PADDED
     assert [st.peak_bytes for st in estimate(from_log).stages] == \
@@ -209,7 +210,7 @@ def test_old_megatron_reports_without_rank_and_the_corpus_line():
 def test_printed_arguments_round_trip_through_the_flag_table():
     """Every kind of argparse action: a printed value equal to the default gives no word, a store_false flag
     printed False gives its switch, a list gives its items, an enum its member."""
-    from guard.diagnose.printed_args import PrintedArgs, command_line
+    from guard.intake.printed import PrintedArgs, command_line
 
     printed = PrintedArgs("x.log", 1, {"num_layers": "4", "bias_gelu_fusion": "False", "bf16": "True",
                                        "fp16": "False", "data_path": "['/a', '/b']", "lr": "None",
@@ -271,7 +272,7 @@ def test_fuzzed_reports_never_crash(lines):
     for r in scan.finish().readings:
         assert r.kind in {"megatron", "megatron-theoretical", "megatron-params", "deepspeed", "host", "summary"}
     if scan.printed_args is not None:
-        from guard.diagnose.printed_args import command_line
+        from guard.intake.printed import command_line
 
         assert isinstance(command_line(scan.printed_args), str)
 

@@ -26,14 +26,14 @@ LAUNCH = ("deepspeed --num_gpus 2 pretrain_gpt.py --num-layers 2 --hidden-size 6
 
 def job_of(path) -> object:
     path = str(path)
-    return analyse(path, open(path).read(), Settings()).jobs[0]
+    return analyse(path, open(path).read(), Settings()).commands[0]
 
 
 def attach(path) -> tuple[object, str]:
     """The job of a script and the reason attach_deepspeed_config gives when it attaches nothing."""
     path = str(path)
     result = analyse(path, open(path).read(), Settings())
-    job = result.jobs[0]
+    job = result.commands[0]
     job.deepspeed_config = None
     return job, attach_deepspeed_config(job, result.script)
 

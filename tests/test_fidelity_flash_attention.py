@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.activations import layer_terms
 from guard.settings import Settings
 
@@ -50,7 +51,7 @@ def test_flash_attention_saves_what_guard_prices(heads, groups):
         args += f" --group-query-attention --num-query-groups {groups}"
     settings = Settings()
     settings.world_size = 1
-    job = read_job(JobInputs(megatron_args=args), settings).required()
+    job = read(Request(megatron_args=(args,)), settings).job.required()
     assert job.attention == "flash"
     terms = layer_terms(job, 0)
     assert sum(terms[name] for name in FLASH_TERMS) == _saved_bytes(b, heads, groups, s, d)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.estimate import estimate_stage
 from guard.settings import Settings
 from tests.fidelity.launch import run_json_probe
@@ -33,7 +34,7 @@ def measured() -> dict:
 def _guard(flags: str):
     settings = Settings()
     settings.world_size = 1
-    return estimate_stage(read_job(JobInputs(megatron_args=f"{ARGS} {flags}"), settings).required(), 0)
+    return estimate_stage(read(Request(megatron_args=(f"{ARGS} {flags}",)), settings).job.required(), 0)
 
 
 @pytest.mark.parametrize(("case", "flags"), [("bf16-ddp", "--bf16"), ("fp32-ddp", "")])

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from guard.job.finetune_config import read
-from guard.job.from_finetune import read_finetune
+from guard.intake.finetune import finetune_subject
+from guard.settings import Settings
 from guard.job.hf_config import from_dict
 from guard.job.origin import Origin
 from guard.memory.params import rank_inventory
@@ -43,8 +44,7 @@ def _job(tmp: Path, name: str, case: dict):
         f"per_device_train_batch_size: {case['micro_batch']}\nmax_length: {case['seq']}\nbf16: true\n"
         "output_dir: out\n")
     ft = read(load_document(str(folder / "sft.yaml")))
-    return read_finetune(ft, from_dict(MODEL, "llama-tiny"), WORLD, Origin("cli", "probe"),
-                         load_config=lambda p: (load_document(p).data, None), gpus_per_node=WORLD)
+    return finetune_subject(ft, Settings(world_size=WORLD, gpus_per_node=WORLD), load=load_document, arch=from_dict(MODEL, "llama-tiny")).job
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.activations import loss_bytes
 from guard.settings import Settings
 from tests.fidelity.launch import run_json_probe
@@ -34,7 +35,7 @@ def measured() -> dict:
 def _guard(dtype_flag: str) -> tuple[float, float]:
     settings = Settings()
     settings.world_size = 1
-    job = read_job(JobInputs(megatron_args=f"{ARGS} {dtype_flag}".strip()), settings).required()
+    job = read(Request(megatron_args=(f"{ARGS} {dtype_flag}".strip(),)), settings).job.required()
     return loss_bytes(job)
 
 

@@ -217,3 +217,10 @@ def test_seq_length_from_the_command_line_only_where_the_config_has_none(tmp_pat
                       "cutoff_len: 2048\n")
     code, _, err = run_guard("estimate", str(config), "--seq-length", "4096")
     assert code == 2 and "cutoff_len" in err and len(err.strip().splitlines()) == 1
+
+
+def test_trls_older_max_seq_length_flag_is_a_number_too(tmp_path):
+    # SFTConfig's max_seq_length (renamed max_length in TRL 0.20): HfArgumentParser types it as an int field
+    path = _setup(tmp_path, "trl sft --model_name_or_path meta-llama/Llama-2-7b-hf --per_device_train_batch_size 2 "
+                            "--max_seq_length 4096 --deepspeed ds.json --bf16\n", {})
+    assert _layout(path)["layout"]["seq_length"] == 4096

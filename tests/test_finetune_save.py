@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from guard.job.finetune_config import read
-from guard.job.from_finetune import read_finetune
+from guard.intake.finetune import finetune_subject
+from guard.settings import Settings
 from guard.job.hf_config import from_dict
 from guard.job.origin import Origin
 from guard.memory import save_host
@@ -42,8 +43,7 @@ def _job(tmp_path: Path, stage: int, method: str, world: int = 2, gather: bool =
         f"model_name_or_path: {tmp_path / 'model'}\nstage: sft\nfinetuning_type: {method}\nlora_rank: 8\n"
         f"lora_target: all\ncutoff_len: 64\nper_device_train_batch_size: 1\nbf16: true\n{ds}")
     ft = read(load_document(str(tmp_path / "train.yaml")))
-    job = read_finetune(ft, from_dict(MODEL, "llama-tiny"), world, Origin("cli", "test"),
-                        load_config=lambda p: (load_document(p).data, None), gpus_per_node=gpus_per_node or world)
+    job = finetune_subject(ft, Settings(world_size=world, gpus_per_node=gpus_per_node or world), load=load_document, arch=from_dict(MODEL, "llama-tiny")).job
     # from_deepspeed.py keeps only the path keys of zero_optimization: the gather flag is set here by hand
     job.zero_keys[save_host.GATHER_KEY] = gather
     return job

@@ -174,14 +174,14 @@ def test_rewrite_appends_megatron_flags_every_rank_reads_the_same(workdir):
     assert len(argvs) == 2 and argvs[0][1] == argvs[1][1]  # the same rewrite on every rank
     import ast
 
-    from guard.job.from_inputs import JobInputs
-    from guard.launch.command import read_launch
+    from guard.intake.launch import read_launch
+    from guard.intake.request import Request
     from guard.memory.estimate import estimate
     from guard.settings import Settings
 
     argv = ast.literal_eval(argvs[0][1])
     assert argv[:len(MEGATRON) - 1] == MEGATRON[1:]  # appended, nothing of the user's removed
-    job = read_launch(["torchrun", "--nproc-per-node", "2", "show_argv.py", *argv], JobInputs(), Settings()).source.job
+    job = read_launch(["torchrun", "--nproc-per-node", "2", "show_argv.py", *argv], Request(), Settings()).job
     assert job.micro_batch < 8 and job.global_batch == 32  # argparse keeps the last of a repeated flag
     assert estimate(job).peak_stage.peak_bytes <= 6 * 2**30
 

@@ -1,5 +1,6 @@
-"""The house: guard's packages import only downwards (sources and shell -> readers -> job -> memory -> planner
--> rules -> checks -> reports -> command line), with no import circles, small modules and small functions."""
+"""The house: guard's packages import only downwards (sources and shell -> launchers -> readers -> job -> intake
+-> memory -> planner -> rules -> judge and checks -> reports -> launch and diagnose -> command line), with no
+import circles, small modules and small functions."""
 
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ GUARD = ROOT / "guard"
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS = [
-    ["guard", "guard.diagnostic", "guard.resources", "guard.inputs", "guard.settings", "guard.units"],
+    ["guard", "guard.diagnostic", "guard.resources", "guard.inputs", "guard.settings", "guard.units", "guard.errors"],
     ["guard.sources", "guard.shell", "guard.deepspeed_schema", "guard.deepspeed_target"],
+    ["guard.launchers"],
     ["guard.megatron"],
     ["guard.job"],
+    ["guard.intake"],
     ["guard.memory"],
     ["guard.plan"],
     ["guard.rules", "guard.selection", "guard.check_result"],
-    ["guard.checker"],
+    ["guard.judge", "guard.checker"],
     ["guard.report"],
     ["guard.launch", "guard.diagnose"],
-    ["guard.estimate_cmd", "guard.plan_cmd", "guard.launch_cmd", "guard.diagnose_cmd", "guard.cli_options", "guard.cli", "guard.__main__"],
+    ["guard.options", "guard.option_table", "guard.commands", "guard.cli", "guard.__main__"],
 ]
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60

@@ -20,6 +20,7 @@ from megatron_core_oracle import LATER, forward_failure, judge, later_failure, s
 from megatron_core_refusals import refused_rule  # noqa: E402
 
 from guard.megatron.from_script import analyse  # noqa: E402
+from guard.intake.megatron import megatron_subject
 from guard.settings import Settings  # noqa: E402
 from test_megatron_corpus import NOT_ARGV, script_text  # noqa: E402
 
@@ -43,19 +44,20 @@ def verdicts(tmp_path: Path):
         script = tmp_path / (name.replace("/", "__") + ".sh")
         script.write_text(text)
         found = analyse(str(script), text, Settings())
-        if not found.jobs or found.jobs[0].flavour != "megatron-lm":
+        if not found.commands or found.commands[0].flavour != "megatron-lm":
             continue
-        job = found.jobs[0]
+        job = found.commands[0]
+        world = megatron_subject(job, Settings()).job.layout.world  # the world the intake decides
         values = {occ.flag.dest: job.args.value(occ.flag.dest) for occ in job.args.occurrences if occ.known}
         for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "num_query_groups"):
             values.setdefault(dest, job.table.default(dest))
-        core = judge(values, job.world_size)
+        core = judge(values, world)
         if core is not None and core.startswith("skip"):
             continue
         code, out, _ = run_guard("check", "--isolated", "--format", "json", "--megatron-version", "core_v0.16.1",
                                 "--ignore", "MLM111", str(script))
         errors = sorted({d["code"] for d in json.loads(out) if d["severity"] == "error"})
-        rows.append((name, core, errors, values, job.world_size))
+        rows.append((name, core, errors, values, world))
     return rows
 
 

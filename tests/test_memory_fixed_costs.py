@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory import workspaces
 from guard.memory.estimate import estimate_stage
 from guard.settings import Settings
@@ -17,7 +18,7 @@ SMALL = ("--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 
 
 
 def _job(extra: str = "", world: int = 8, gpu: str | None = None):
-    return read_job(JobInputs(megatron_args=f"{SMALL} {extra}"), Settings(world_size=world, gpu=gpu)).required()
+    return read(Request(megatron_args=(f"{SMALL} {extra}",)), Settings(world_size=world, gpu=gpu)).job.required()
 
 
 def test_torch_workspace_size_follows_cublas_workspace_config():
@@ -55,7 +56,7 @@ def test_launch_script_environment_sets_the_workspace(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text(f"#!/bin/bash\nexport CUBLAS_WORKSPACE_CONFIG=:16:8\ntorchrun --nproc_per_node 8 "
                       f"pretrain_gpt.py {SMALL}\n")
-    job = read_job(JobInputs(paths=[str(script)]), Settings())
+    job = read(Request(paths=(str(script),)), Settings()).job
     assert job.blas_workspace_config == ":16:8"
     assert (job.origin("blas_workspace_config").path, job.origin("blas_workspace_config").line) == (str(script), 2)
     assert workspaces.torch_workspace(job) == 16 * KIB * 8

@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 from conftest import ROOT
 
 from guard.checker import Checker
-from guard.job.from_inputs import JobInputs, read_source
+from guard.intake.read import read
+from guard.intake.request import Request
+from guard.judge import Judge
 from guard.memory.estimate import estimate
 from guard.memory.gpu_choice import choose_gpu
 from guard.plan import space
 from guard.plan.rewrite import write_candidate
 from guard.plan.search import plan
-from guard.plan_cmd import rule_verifier
 from guard.settings import Settings
 from guard.units import GIB
 
@@ -26,7 +27,7 @@ from guard.units import GIB
 def source_of(args: str, world: int, gpus_per_node: int = 8):
     cfg = Settings()
     cfg.world_size, cfg.gpus_per_node = world, gpus_per_node
-    return read_source(JobInputs(megatron_args=args), cfg), cfg
+    return read(Request(megatron_args=(args,)), cfg), cfg
 
 
 @st.composite
@@ -45,12 +46,13 @@ def small_jobs(draw):
 
 
 def _rules_on_rewrite(src, cfg, cand) -> list[str]:
-    """Errors and warnings guard check reports on the rewritten command line and not on the user's."""
+    """Errors and warnings guard check reports on the rewritten command line, as text read again, and not on the
+    user's: the in-memory verification the plan used must agree with the written change."""
     written = write_candidate(src, cand.job)
     label = src.command.path
     checker = Checker(cfg)
-    before = {(d.code, d.pointer) for d in checker.check_argv(src.argv_text)}
-    after = checker.check_argv(written.after.get(label, src.argv_text))
+    before = {(d.code, d.pointer) for d in checker.run([], [src.argv_text]).diagnostics}
+    after = checker.run([], [written.after.get(label, src.argv_text)]).diagnostics
     return [f"{d.code} {d.message}" for d in after if d.severity.value in ("error", "warning")
             and (d.code, d.pointer) not in before]
 
@@ -61,8 +63,11 @@ def test_shown_layouts_fit_every_rank_and_pass_every_rule(case):
     args, world, capacity = case
     src, cfg = source_of(args, world)
     gpu = choose_gpu("H100", f"{capacity}GiB")
-    result = plan(src.job, gpu, top=3, verify=rule_verifier(src, cfg))
-    assert result.current.knobs == space.knobs_of(src.job)  # the user's layout is always there
+    result = plan(src.job, gpu, top=3, verify=Judge(cfg).verify(src))
+    # the user's layout is always there, as the flags write it: TP 1, PP 1, micro-batch 1, nothing recomputed
+    mine = result.current.knobs
+    assert (mine.layout.tp, mine.layout.pp, mine.layout.world, mine.micro_batch, mine.recompute) == \
+        (1, 1, world, 1, "none")
     for cand in result.candidates:
         full = estimate(cand.job, gpu)
         assert all(st.peak_bytes <= gpu.usable_bytes for st in full.stages)
@@ -135,14 +140,14 @@ def test_the_change_reads_back_as_the_candidate(tmp_path):
     script = tmp_path / "train.sh"
     script.write_text((ROOT / "examples/memory/llama2_13b_pp4.sh").read_text())
     cfg = Settings()
-    src = read_source(JobInputs(paths=[str(script)]), cfg)
+    src = read(Request(paths=(str(script),)), cfg)
     result = plan(src.job, choose_gpu("A100-80GB"), top=3)
     for n, cand in enumerate(result.candidates):
         written = write_candidate(src, cand.job)
         assert not written.refused
         rewritten = tmp_path / f"planned_{n}.sh"
         rewritten.write_text(written.after[str(script)])
-        again = read_source(JobInputs(paths=[str(rewritten)]), cfg).job
+        again = read(Request(paths=(str(rewritten),)), cfg).job
         assert space.knobs_of(again) == cand.knobs
 
 
@@ -243,7 +248,7 @@ def test_a_long_search_shows_progress_on_a_terminal(monkeypatch):
     """After a second of searching, a rich progress bar appears on stderr (a terminal only) and goes away."""
     import io
 
-    from guard import plan_cmd
+    from guard.commands import plan as plan_cmd
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.gpu_choice import choose_gpu
 from guard.plan.collectives import collective_seconds
 from guard.plan.hardware import Hardware, NoSpeeds, hardware
@@ -22,7 +23,7 @@ TOY = Hardware("toy", 100e12, 10, 1e12, 100e9, 10e9, 20e9, 200e9)
 def megatron_job(args: str, world: int):
     settings = Settings()
     settings.world_size = world
-    return read_job(JobInputs(megatron_args=args), settings).required()
+    return read(Request(megatron_args=(args,)), settings).job.required()
 
 
 GPT = ("--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048 --max-position-embeddings 2048 "

@@ -11,7 +11,8 @@ from conftest import CORPUS, ROOT
 
 from guard.job.edits import Edit, apply_edits
 from guard.job.from_deepspeed import read_deepspeed
-from guard.job.from_megatron import read_megatron
+from guard.job.world import World
+from guard.intake.megatron import megatron_subject
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob
 from guard.job.write_deepspeed import deepspeed_edits
@@ -39,8 +40,8 @@ COMPARED = {  # field -> how to read it off a job; refusals name these fields
 
 
 def read_script(path: Path):
-    jobs = analyse(str(path), path.read_text(), Settings()).jobs
-    return (jobs[0], read_megatron(jobs[0])) if jobs else (None, None)
+    commands = analyse(str(path), path.read_text(), Settings()).commands
+    return (commands[0], megatron_subject(commands[0], Settings()).job) if commands else (None, None)
 
 
 def expected(old, new, refused: set[str], derived: tuple[str, ...] = ()) -> dict:
@@ -182,11 +183,12 @@ def read_config(path: Path, text: str, cli: dict | None = None):
     from guard.job import presets
 
     doc = parse_json(text, str(path))
-    args = {"arch": presets.load("llama-2-7b"), "world": 8, "world_origin": Origin("cli", "--world-size"),
+    args = {"arch": presets.load("llama-2-7b"), "world": World(8, Origin("cli", "--world-size")),
             "seq_length": 2048, "locate": lambda *p: (str(path), doc.span("/" + "/".join(p)))}
     for given in [cli] if cli is not None else [{}, {"micro_batch": 1}, {"micro_batch": 1, "precision": "bf16"}]:
+        job = read_deepspeed(doc.data, str(path), **args, **given)
         try:
-            return doc, read_deepspeed(doc.data, str(path), **args, **given), given
+            return doc, job.required(), given
         except IncompleteJob as err:
             error = err
     raise error
@@ -238,9 +240,9 @@ def _megatron_refusals() -> dict[tuple[str, str], set[str]]:
     out = {}
     for param in _scripts():
         name, text = param.values
-        cmd = analyse(name, text, Settings()).jobs
+        cmd = analyse(name, text, Settings()).commands
         if cmd:
-            old = read_megatron(cmd[0])
+            old = megatron_subject(cmd[0], Settings()).job
             for scenario, new in megatron_scenarios(old).items():
                 fields = refused_fields(megatron_edits(cmd[0], old, new, texts={name: text}))
                 if fields:

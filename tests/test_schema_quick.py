@@ -79,9 +79,9 @@ def test_the_quick_path_changes_no_value_finding(version, tmp_path, monkeypatch)
     path = tmp_path / "ds.json"
     for config in configs + [m for c in configs for m in _mutations(c, rng, 2)]:
         path.write_text(json.dumps(config))
-        fast = [d.sort_key() for d in checker.check_file(str(path))[0]]
+        fast = [d.sort_key() for d in checker.run([str(path)]).diagnostics]
         monkeypatch.setattr(ds_values, "certainly_valid", lambda *_a, **_k: False)
-        full = [d.sort_key() for d in checker.check_file(str(path))[0]]
+        full = [d.sort_key() for d in checker.run([str(path)]).diagnostics]
         monkeypatch.undo()
         assert fast == full, json.dumps(config)[:300]
 
@@ -95,6 +95,6 @@ def test_a_lint_of_a_json_config_does_not_import_jsonschema_or_yaml(tmp_path):
                       '"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}}\n')
     probe = ("import sys, runpy; sys.argv = ['guard', 'check', '--isolated', %r]\n"
              "try:\n    runpy.run_module('guard', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-             "print(sorted(m for m in ('jsonschema', 'yaml', 'guard.megatron.job') if m in sys.modules))" % str(config))
+             "print(sorted(m for m in ('jsonschema', 'yaml', 'guard.megatron.command') if m in sys.modules))" % str(config))
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from guard.shell.interpreter import interpret
-from guard.shell.launcher import find_launches
+from guard.launchers.chain import find_launches
 
 
 def _words(text: str, index: int = -1):

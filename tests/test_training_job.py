@@ -9,7 +9,8 @@ import yaml
 
 from conftest import CORPUS, ROOT, run_guard
 from guard.checker import Checker
-from guard.job.from_inputs import JobInputs, read_job
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.job.layout import ParallelLayout
 from guard.settings import Settings
 
@@ -51,8 +52,8 @@ def test_ulysses_sequence_parallel_divides_the_data_parallel_size():
     data = json.loads(out)
     assert (data["layout"]["dp"], data["layout"]["ulysses"], data["layout"]["num_microbatches"]) == (2, 4, 4)
     assert any("Ulysses" in u["feature"] for u in data["unmodelled"])
-    result = Checker(Settings()).run([], [ULYSSES])
-    assert result.jobs[0].layout.dp == 2 and result.jobs[0].num_microbatches == 4
+    job = Checker(Settings()).run([], [ULYSSES]).subjects[0].job
+    assert job.layout.dp == 2 and job.num_microbatches == 4
 
 
 def test_megatron_deepspeed_experts_every_other_layer():
@@ -117,10 +118,10 @@ def test_check_and_estimate_read_the_same_layout(path, tmp_path):
         script = tmp_path / "job.sh"
         script.write_text(script_text(data))
         path = str(script)
-    checked = Checker(Settings()).run([path]).jobs
+    checked = [s.job for s in Checker(Settings()).run([path]).subjects if s.kind == "megatron"]
     if not checked:
         pytest.skip("no Megatron command")
-    estimated = read_job(JobInputs(paths=[path]), Settings())
+    estimated = read(Request(paths=(path,)), Settings()).job
     first = checked[0]
     assert first.layout == estimated.layout
     assert (first.micro_batch, first.global_batch, first.num_microbatches) == \

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from guard.diagnose.events import Event, events, mark_phase
 from guard.diagnose.log_lines import LogLine, blocks, strip_prefix
 from guard.diagnose.memory_lines import Reading, key, reading, says_more
-from guard.diagnose.printed_args import ArgsReader, PrintedArgs
+from guard.intake.printed import ArgsReader, PrintedArgs
 from guard.diagnose.summary_table import Tables
 
 # A block holding none of these is skipped whole (nearly every block of a training log). Plain substrings:

@@ -11,6 +11,8 @@ import os
 import pickle
 from dataclasses import dataclass, field
 
+from guard.errors import InputError
+
 MAX_BYTES = 1 << 30  # snapshots with long traces reach hundreds of MB; more than this is refused
 CATEGORIES = [  # a block's category from its allocation frames (innermost name or file first)
     ("optimizer state", ("optim", "adam", "step", "_init_group", "exp_avg")),
@@ -20,7 +22,7 @@ CATEGORIES = [  # a block's category from its allocation frames (innermost name 
 ]
 
 
-class SnapshotError(ValueError):
+class SnapshotError(InputError):
     """A file that is not a snapshot guard can read (one line)."""
 
 

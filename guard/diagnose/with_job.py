@@ -1,6 +1,6 @@
-"""When the job is known (the inputs of guard estimate, or the arguments Megatron printed in the log): each failed
-rank's coordinates and guard's prediction beside what the log saw, and the planner's layouts that fit the GPU
-the log reports, written as flags or a config diff."""
+"""When the job is known (the inputs of guard estimate, or the arguments Megatron printed in the log, both read
+by guard/intake): each failed rank's coordinates and guard's prediction beside what the log saw, and the
+planner's layouts that fit the GPU the log reports (each judged by every rule), as flags or a config diff."""
 
 from __future__ import annotations
 
@@ -9,34 +9,6 @@ from dataclasses import replace
 from guard.diagnose.compare import RankComparison, compare
 from guard.diagnose.events import Event
 from guard.diagnose.memory_lines import Reading
-from guard.diagnose.printed_args import PrintedArgs
-
-
-class LogJobError(ValueError):
-    """The printed arguments do not make a job guard can price (one line)."""
-
-
-def source_from_printed(printed: PrintedArgs, settings):
-    """The job the printed arguments describe, read as the command line that gave them."""
-    from guard.diagnose.printed_args import command_line
-    from guard.job.from_inputs import JobSource
-    from guard.job.from_megatron import read_megatron
-    from guard.job.training_job import IncompleteJob
-    from guard.megatron.from_script import job_from_argv
-
-    text = command_line(printed)
-    if printed.world_size and not settings.world_size:
-        settings.world_size = printed.world_size
-    label = f"{printed.source}:{printed.line} (the arguments Megatron printed)"
-    cmd = job_from_argv(text, label, settings)
-    if cmd is None:
-        raise LogJobError(f"{label}: no Megatron command line in them")
-    source = JobSource(read_megatron(cmd, None, printed.padded_vocab_size), cmd, text)
-    try:
-        source.job.require()
-    except IncompleteJob as err:
-        raise LogJobError(f"{label}: {err}") from None
-    return source
 
 
 def comparisons(job, events: list[Event], readings: list[Reading]) -> list[RankComparison]:
@@ -49,7 +21,7 @@ def comparisons(job, events: list[Event], readings: list[Reading]) -> list[RankC
     return [compare(result, rank, events, readings) for rank in ranks]
 
 
-def layouts_that_fit(source, events: list[Event], gpu_name: str | None, verify=None, top: int = 3,
+def layouts_that_fit(subject, events: list[Event], gpu_name: str | None, verify=None, top: int = 3,
                      diff: bool = True) -> list[dict]:
     """The planner's fastest layouts for the same world and global batch on the GPU size the log reports, each
     with the change written into the user's own files (flags and a diff; never saved). `diff=False` when the
@@ -66,12 +38,12 @@ def layouts_that_fit(source, events: list[Event], gpu_name: str | None, verify=N
     except ValueError:
         gpu = catalog.lookup("H100-SXM")
     gpu = replace(gpu, usable_bytes=min(totals), usable_note="the total the out-of-memory message reports")
-    result = plan(source.job, gpu, top=top, verify=verify)
+    result = plan(subject.job, gpu, top=top, verify=verify)
     out = []
     for cand in result.candidates:
-        written = write_candidate(source, cand.job)
+        written = write_candidate(subject, cand.job)
         out.append({"layout": cand.knobs.describe(), "peak_bytes": cand.peak_bytes, "step_time_s": cand.time.seconds,
-                    "changes": _change(source.job, cand), "flags": written.flags,
+                    "changes": _change(subject.job, cand), "flags": written.flags,
                     "diff": written.diff if diff else "",
                     "refused": [r.describe() for r in written.refused]})
     return out

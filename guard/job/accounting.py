@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guard.job import coverage
-from guard.job.flag_values import FlagValues
 from guard.job.origin import Origin, key_origin
 from guard.job.training_job import TrainingJob
+
+if TYPE_CHECKING:  # only Megatron jobs are accounted by flag; a DeepSpeed lint must not load their reader
+    from guard.job.flag_values import FlagValues
 
 UNKNOWN = "unknown effect on memory"
 

@@ -54,6 +54,9 @@ class Architecture:
         return self.query_groups * self.kv_channels
 
 
+MOE_PATTERN = "arch.moe_layers"  # a job's missing entry when --moe-layer-freq does not fit its layers
+
+
 def moe_layer_pattern(num_layers: int, freq) -> tuple[bool, ...] | None:
     """Megatron's --moe-layer-freq: an int k (every k-th layer is MoE) or an explicit 0/1 list."""
     if isinstance(freq, int):

@@ -46,7 +46,7 @@ def flag_where(path: str, flag: LText, value: LText | None = None) -> Where:
 
 
 def _fields(dialect: Dialect, key: str) -> list[str]:
-    return [n for n, k in dialect.keys.items() if k == key]
+    return [n for n, k in dialect.keys.items() if k == key] + ([dialect.older[key]] if key in dialect.older else [])
 
 
 def hf_value(dialect: Dialect, key: str, text: str) -> Any:

@@ -64,8 +64,9 @@ class FineTuneConfig:
         """Set the framework's `key` (a command-line override, or a key of the file) to `value`, written at
         `where`; False when the key is none guard reads."""
         names = [n for n, k in self.dialect.keys.items() if k == key]
-        if self.dialect.name == "trl" and key == "max_seq_length" and "max_length" not in self.written.values():
-            names = ["seq_len"]  # TRL's older spelling, read when max_length is not written
+        older = self.dialect.older.get(key)
+        if older and self.dialect.keys[older] not in self.written.values():
+            names = [older]  # an older spelling, read when the newer key is not written
         for name in names:
             self.values[name], self.written[name], self.places[name] = value, key, where
         return bool(names)

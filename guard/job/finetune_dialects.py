@@ -13,7 +13,7 @@ Defaults are the frameworks' own (commits recorded in docs/finetune.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # transformers TrainingArguments defaults shared by all three (training_args.py)
@@ -36,6 +36,7 @@ class Dialect:
     title: str
     keys: dict[str, str]  # canonical field -> key
     defaults: dict[str, Any]  # canonical field -> the framework's default
+    older: dict[str, str] = field(default_factory=dict)  # an older key -> its field, read when the newer is unwritten
 
 
 # axolotl utils/schemas/config.py: attn_implementation (None), and the deprecated boolean flags that
@@ -74,12 +75,13 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     {**HF_TRAINER, "attn_implementation": None, "padding_free": False, "packing_strategy": "bfd",
      "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
      "load_in_4bit": False, "load_in_8bit": False, "double_quant": False, "seq_len": 1024, "packing": False,
-     "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None})
+     "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None},
+    {"max_seq_length": "seq_len"})  # SFTConfig's spelling before TRL 0.20 renamed it max_length
 
 # A program that takes TrainingArguments but shows nothing of TRL: the Trainer's own defaults (no gradient
 # checkpointing); the sequence length has no TrainingArguments field, so TRL SFT's is assumed and said so.
 HF_PROGRAM = Dialect("trl", "HF Trainer (TRL SFT defaults)", TRL.keys,
-                     {**TRL.defaults, "gradient_checkpointing": False})
+                     {**TRL.defaults, "gradient_checkpointing": False}, TRL.older)
 TRL_FLAGS = {"use_peft", "lora_r", "max_length", "max_seq_length", "packing", "dataset_text_field", "lora_alpha"}
 
 LLAMAFACTORY_MARKERS = {"finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit",

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob, TrainingJob
-from guard.megatron.job import MegatronJob
+
+if TYPE_CHECKING:  # a DeepSpeed lint reaches this module and must not load Megatron's command reading
+    from guard.megatron.command import MegatronCommand
 
 
 class FlagValues:
     """Values as Megatron's argparse leaves them; `field=` records the origin of the job field it fills."""
 
-    def __init__(self, cmd: MegatronJob, job: TrainingJob):
+    def __init__(self, cmd: MegatronCommand, job: TrainingJob):
         self.cmd, self.job = cmd, job
 
     def origin(self, dest: str) -> Origin:

@@ -28,7 +28,10 @@ def deepspeed_config(data: dict[str, Any], load_file) -> tuple[dict[str, Any], d
         config = {}
         for key, path in PLUGIN_KEYS.items():
             if key in plugin and plugin[key] is not None:
-                _put(config, path, plugin[key])
+                value = plugin[key]
+                if key == "zero_stage" and isinstance(value, str) and value.strip().isdigit():
+                    value = int(value)  # launch.py hands the plugin str(value); DeepSpeedPlugin casts it back
+                _put(config, path, value)
                 written[".".join(path)] = ("deepspeed_config", key)
     precision = str(data.get("mixed_precision") or "no")
     if precision in ("bf16", "fp16") and precision not in config:

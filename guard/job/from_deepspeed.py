@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from guard.job import deepspeed_values
 from guard.job.accounting import account_keys
 from guard.job.architecture import Architecture
 from guard.job.layout import ParallelLayout
 from guard.job.origin import Origin, key_origin
 from guard.job.param_groups import hf_tensors, trainer_groups
 from guard.job.stages import Chunk
-from guard.job.training_job import IncompleteJob, TrainingJob
+from guard.job.training_job import TrainingJob
+from guard.job.world import World
 
 # zero_optimization keys that choose DeepSpeed's gradient path (stage_1_and_2.py / stage3.py)
 PATH_KEYS = ("contiguous_gradients", "overlap_comm", "reduce_scatter", "round_robin_gradients",
@@ -31,53 +33,46 @@ def _enabled(section: Any) -> Any:
 
 
 def apply_config(setup: TrainingJob, config: dict, label: str, precision: str | None = None, locate=None) -> None:
-    """Precision, ZeRO stage and its path keys, offload, buckets, optimizer, checkpointing from the config."""
-    for section in ("bf16", "bfloat16", "fp16"):
-        if isinstance(config.get(section), dict) and "enabled" in config[section]:
-            setup.origins["params_dtype"] = key_origin(label, locate, section, "enabled")
-    bf16 = _enabled(config.get("bf16") or config.get("bfloat16"))
-    fp16 = _enabled(config.get("fp16"))
-    if precision:
-        setup.params_dtype = precision
-    elif bf16 == "auto" or fp16 == "auto":
-        raise IncompleteJob(f"{label}: bf16/fp16 \"enabled\" is \"auto\" (the Trainer decides): give --precision")
-    else:
-        setup.params_dtype = "bf16" if bf16 is True else "fp16" if fp16 is True else "fp32"
-    setup.grads_dtype = setup.params_dtype
+    """Precision, ZeRO stage and its path keys, offload, buckets, optimizer, checkpointing from the config. Never
+    raises: what DeepSpeed would not run, or guard cannot know, goes to setup.missing."""
+    _precision(setup, config, label, precision, locate)
+    stage, problem = deepspeed_values.zero_stage(config)
+    if problem:
+        setup.missing["zero_stage"] = f"{label}: {problem}"
+    setup.zero_stage = stage
+    if "zero_optimization" in config:
+        where = ("zero_optimization", "stage") if isinstance(config["zero_optimization"], dict) and \
+            "stage" in config["zero_optimization"] else ("zero_optimization",)
+        setup.origins["zero_stage"] = key_origin(label, locate, *where)
     zero = config.get("zero_optimization") or {}
     if not isinstance(zero, dict):
         zero = {}
-    stage = zero.get("stage", 0)
-    if not isinstance(stage, int) or stage not in (0, 1, 2, 3):
-        raise IncompleteJob(f"{label}: zero_optimization.stage must be 0-3, got {stage!r}")
-    setup.zero_stage = stage
-    if "stage" in zero:
-        setup.origins["zero_stage"] = key_origin(label, locate, "zero_optimization", "stage")
     setup.zero_keys = {k: zero[k] for k in PATH_KEYS if k in zero}
     if "stage3_gather_fp16_weights_on_model_save" in zero:  # the pre-0.6 spelling DeepSpeed still reads
         setup.zero_keys.setdefault("stage3_gather_16bit_weights_on_model_save",
                                    zero["stage3_gather_fp16_weights_on_model_save"])
     for section, attr in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_param")):
-        device = (zero.get(section) or {}).get("device", "none") if isinstance(zero.get(section), dict) else "none"
+        device = zero[section].get("device", "none") if isinstance(zero.get(section), dict) else "none"
         setattr(setup, attr, str(device or "none"))
     if zero.get("cpu_offload") is True:  # the pre-0.4 spelling
         setup.offload_optimizer = "cpu"
     for key in BUCKET_KEYS:
         if key in zero:
             value = zero[key]
+            if value == "auto" and setup.arch is None:
+                continue  # transformers derives it from the model's hidden size
             value = _auto_bucket(key, setup.arch.hidden) if value == "auto" else value
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 setup.zero_buckets[key] = float(value)
-    opt = config.get("optimizer") or {}
-    kind = str(opt.get("type", "adamw")).lower() if isinstance(opt, dict) else "adamw"
-    params = (opt.get("params") or {}) if isinstance(opt, dict) else {}
+    opt = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
+    kind = str(opt.get("type", "adamw")).lower()
+    params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
     # no optimizer section: the HF Trainer hands DeepSpeed torch's AdamW; DeepSpeed's own Adam is FusedAdam
     # on CUDA unless "torch_adam": true
-    setup.optimizer_impl = "torch" if (not opt or (isinstance(params, dict) and params.get("torch_adam") is True)) \
-        else "fused"
+    setup.optimizer_impl = "torch" if not opt or params.get("torch_adam") is True else "fused"
     if kind in ("sgd",):
         setup.optimizer = "sgd"
-        momentum = (opt.get("params") or {}).get("momentum", 0)
+        momentum = params.get("momentum", 0)
         setup.sgd_momentum = isinstance(momentum, (int, float)) and momentum > 0
     elif "adam" not in kind:
         setup.add_unmodelled(f"optimizer {opt.get('type')}", "/optimizer/type",
@@ -90,57 +85,94 @@ def apply_config(setup: TrainingJob, config: dict, label: str, precision: str | 
         setup.notes.append("NVMe offload: the offloaded states are priced as host RAM (they sit on NVMe instead)")
 
 
-def read_deepspeed(config: dict, label: str, arch: Architecture, world: int, *, world_origin: Origin,
-                   seq_length: int | None, micro_batch: int | None = None, precision: str | None = None,
-                   gradient_checkpointing: bool = False, gpus_per_node: int = 8, locate=None) -> TrainingJob:
-    """An HF Trainer / plain DeepSpeed job: data parallel over every rank (AutoTP aside), eager layers."""
-    autotp = (config.get("tensor_parallel") or {}).get("autotp_size", 1) if isinstance(
-        config.get("tensor_parallel"), dict) else 1
-    layout = ParallelLayout(world=world, gpus_per_node=gpus_per_node, tp=autotp if isinstance(autotp, int) and
-                            autotp > 0 else 1)
+def _precision(setup: TrainingJob, config: dict, label: str, precision: str | None, locate) -> None:
+    for section in ("bf16", "bfloat16", "fp16"):
+        if isinstance(config.get(section), dict) and "enabled" in config[section]:
+            setup.origins["params_dtype"] = key_origin(label, locate, section, "enabled")
+    bf16 = _enabled(config.get("bf16") or config.get("bfloat16"))
+    fp16 = _enabled(config.get("fp16"))
+    if precision:
+        setup.params_dtype = precision
+    elif bf16 == "auto" or fp16 == "auto":
+        setup.missing["precision"] = f'{label}: bf16/fp16 "enabled" is "auto" (the Trainer decides): give --precision'
+    else:
+        setup.params_dtype = "bf16" if bf16 is True else "fp16" if fp16 is True else "fp32"
+    setup.grads_dtype = setup.params_dtype
+
+
+def read_deepspeed(config: dict, label: str, arch: Architecture | None, world: World, *, seq_length: int | None,
+                   micro_batch: int | None = None, precision: str | None = None, gradient_checkpointing: bool = False,
+                   locate=None, origin: Origin | None = None) -> TrainingJob:
+    """An HF Trainer / plain DeepSpeed job: data parallel over every rank (AutoTP aside), eager layers. Never
+    raises: a value it cannot know (no model, no world, an "auto" DeepSpeed leaves to the Trainer) goes to
+    job.missing with the reason, and the rules judge the rest."""
+    tensor_parallel = config.get("tensor_parallel")
+    autotp = tensor_parallel.get("autotp_size", 1) if isinstance(tensor_parallel, dict) else 1
+    layout = ParallelLayout(world=world.size, gpus_per_node=world.gpus_per_node,
+                            tp=autotp if isinstance(autotp, int) and autotp > 0 else 1)
     job = TrainingJob(arch=arch, framework="deepspeed", layout=layout, eager=True)
-    job.origins["layout.world"] = world_origin
-    job.origins["command"] = Origin("key", "the DeepSpeed config", label)
+    if arch is None:
+        job.missing["model"] = "a DeepSpeed config does not describe the model: give --hf-config or --model"
+    world.put(job, label)
+    job.origins["command"] = origin or Origin("key", "the DeepSpeed config", label)
     if autotp != 1:
         job.origins["layout.tp"] = key_origin(label, locate, "tensor_parallel", "autotp_size")
     _batch(job, config, label, micro_batch, locate)
-    if not seq_length:
-        raise IncompleteJob(f"{label}: the sequence length is not in a DeepSpeed config: give --seq-length S")
-    job.seq_length = seq_length
-    job.origins["seq_length"] = Origin("cli", "--seq-length")
+    if seq_length:
+        job.seq_length = seq_length
+        job.origins["seq_length"] = Origin("cli", "--seq-length")
+    else:
+        job.missing["seq_length"] = f"{label}: the sequence length is not in a DeepSpeed config: give --seq-length S"
     apply_config(job, config, label, precision, locate)
-    job.chunks = [[Chunk(tuple(range(arch.num_layers)), embedding=True, loss=True)]]
     account_keys(job, config, label, locate)
+    if gradient_checkpointing:
+        job.recompute, job.recompute_method, job.recompute_num_layers = "full", "uniform", 1
+        job.origins["recompute"] = Origin("cli", "--gradient-checkpointing")
+    if arch is None:
+        return job
+    job.chunks = [[Chunk(tuple(range(arch.num_layers)), embedding=True, loss=True)]]
     for feature in arch.unmodelled:
         job.add_unmodelled(feature, arch.source or "--model / --hf-config")
     tensors = hf_tensors(arch)
     if tensors:  # the HF Trainer's decay / no-decay groups give ZeRO's flat layout
         job.param_groups = trainer_groups(tensors)
-    if gradient_checkpointing:
-        job.recompute, job.recompute_method, job.recompute_num_layers = "full", "uniform", 1
-        job.origins["recompute"] = Origin("cli", "--gradient-checkpointing")
     return job
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def _batch(job: TrainingJob, config: dict, label: str, micro_batch: int | None, locate) -> None:
-    """DeepSpeed's triangle: train_batch_size = micro x gradient_accumulation_steps x DP (two give the third)."""
-    dp = job.layout.dp or 1
-    mbs = micro_batch or _int(config.get("train_micro_batch_size_per_gpu"))
-    tbs, gas = _int(config.get("train_batch_size")), _int(config.get("gradient_accumulation_steps"))
-    if mbs is None and tbs and gas and tbs % (gas * dp) == 0:
-        mbs = tbs // (gas * dp)
-    if mbs is None:
-        raise IncompleteJob(f"{label}: train_micro_batch_size_per_gpu is "
-                            f"{config.get('train_micro_batch_size_per_gpu')!r}: give --micro-batch-size N")
-    job.micro_batch = mbs
-    job.padded_batches = mbs > 1  # a pad-to-longest collator pads only a batch of several samples
-    job.origins["micro_batch"] = Origin("cli", "--micro-batch-size") if micro_batch else \
-        key_origin(label, locate, "train_micro_batch_size_per_gpu")
-    if gas is None and tbs and tbs % (mbs * dp) == 0:
-        gas = tbs // (mbs * dp)
-    job.num_microbatches = gas or 1
-    job.global_batch = job.micro_batch * job.num_microbatches * dp
+    """DeepSpeed's triangle, train_batch_size = micro x gradient_accumulation_steps x DP, derived as DeepSpeed
+    derives it (guard/job/deepspeed_values.py); an "auto" key is the Trainer's to fill."""
+    train, micro, accumulation = (deepspeed_values.count(config.get(k)) for k in deepspeed_values.BATCH_KEYS)
+    for field, key, value in (("global_batch", "train_batch_size", train),
+                              ("micro_batch", "train_micro_batch_size_per_gpu", micro),
+                              ("num_microbatches", "gradient_accumulation_steps", accumulation)):
+        if value is not None:
+            job.origins[field] = key_origin(label, locate, key)
+    if micro_batch:  # the user's what-if: the train batch follows it unless only it can give the accumulation
+        micro = micro_batch
+        job.origins["micro_batch"] = Origin("cli", "--micro-batch-size")
+        train = None if accumulation else train
+    auto = any(config.get(k) == "auto" for k in deepspeed_values.BATCH_KEYS)
+    dp = job.layout.dp
+    if dp is None or auto or job.origin("layout.world").kind == "default":
+        # not derivable here: no world, one only assumed (a training config run without a launcher), or "auto"
+        # the Trainer fills for whatever world it starts with
+        job.micro_batch, job.num_microbatches = micro or 1, accumulation or 1
+        job.global_batch = train if dp is None or train else job.micro_batch * job.num_microbatches * dp
+        if micro is None:
+            job.missing["batch"] = (f"{label}: train_micro_batch_size_per_gpu is "
+                                    f"{config.get('train_micro_batch_size_per_gpu')!r}: give --micro-batch-size N")
+        job.padded_batches = job.micro_batch > 1
+        return
+    batch = deepspeed_values.derive(train, micro, accumulation, dp)
+    # a derived 0 is kept: DeepSpeed refuses it (job.missing says so, DS302 reports it)
+    job.global_batch = batch.train
+    job.micro_batch = batch.micro if batch.micro is not None else 1
+    job.num_microbatches = batch.accumulation if batch.accumulation is not None else 1
+    if batch.derived:
+        field = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": "micro_batch",
+                 "gradient_accumulation_steps": "num_microbatches"}[batch.derived]
+        job.origins[field] = Origin("derived", batch.derived, reason="DeepSpeed derives it from the other batch keys")
+    if batch.problem:
+        job.missing["batch"] = f"{label}: DeepSpeed refuses the batch: {batch.problem}"
+    job.padded_batches = job.micro_batch > 1  # a pad-to-longest collator pads only a batch of several samples

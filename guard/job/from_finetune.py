@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from guard.inputs import find_near
-from guard.job import trainer_fill
 from guard.job.adapter import Adapter, adapter_tensors, resolve_targets, supports
 from guard.job.architecture import Architecture
 from guard.job.finetune_config import FineTuneConfig
 from guard.job.from_deepspeed import read_deepspeed
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob, TrainingJob
+from guard.job.world import World
 
 # the dtype bitsandbytes stores packed 4-bit weights as: LLaMA-Factory quantization.py and axolotl loaders/model.py
 # set bnb_4bit_quant_storage to the compute dtype ("crucial for fsdp+qlora"); TRL leaves bitsandbytes' uint8
@@ -31,31 +31,36 @@ def at(ft: FineTuneConfig, name: str) -> str:
     return f"{place.path if place else ft.path}:{span.line}:{span.col}"
 
 
-def read_finetune(ft: FineTuneConfig, arch: Architecture, world: int, world_origin: Origin, *, load_config,
-                  gpus_per_node: int = 8) -> TrainingJob:
-    """`load_config(path)` -> (data, locate) reads the DeepSpeed file; the HF Trainer's "auto" values are filled
-    from the training config first (trainer_fill.py)."""
-    mbs, gas, seq = ft.get("micro_batch"), ft.get("grad_accum"), ft.get("seq_len")
-    for name, value in (("micro_batch", mbs), ("grad_accum", gas), ("seq_len", seq)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise IncompleteJob(f"{at(ft, name)}: {ft.dialect.keys[name]} is {value!r}: a positive integer is needed")
-    inline = ft.get("deepspeed")
-    path = deepspeed_file(ft)
-    if isinstance(inline, dict) or path:
-        data, locate = (inline, None) if isinstance(inline, dict) else load_config(path)
-        filled, _ = trainer_fill.fill(data, ft, world)
-        label = path or ft.path
-    elif inline:
-        raise IncompleteJob(f"{at(ft, 'deepspeed')}: deepspeed file {inline!r} not found (looked from the working "
-                            "directory and from this file's folder up)")
-    else:
-        filled, locate, label = {"train_micro_batch_size_per_gpu": mbs, "gradient_accumulation_steps": gas}, None, \
-            ft.path
-    job = read_deepspeed(filled, label, arch, world, world_origin=world_origin, seq_length=seq, micro_batch=mbs,
-                         precision=ft.precision(), gradient_checkpointing=ft.gradient_checkpointing,
-                         gpus_per_node=gpus_per_node, locate=locate)
-    job.hf_ddp = not (isinstance(inline, dict) or path)
-    job.padded_batches = mbs > 1 and not _packed(ft)
+def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *, deepspeed: dict | None = None,
+                  label: str | None = None, locate=None, named_missing: bool = False) -> TrainingJob:
+    """The job a training config describes; `deepspeed`: the DeepSpeed config the Trainer hands over ("auto" filled
+    by guard/job/trainer_fill.py; None: no DeepSpeed, the Trainer runs DDP), read from `label`. Never raises: what
+    it cannot know goes to job.missing."""
+    values = {}
+    problems = {}
+    for name in ("micro_batch", "grad_accum", "seq_len"):
+        value = ft.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            values[name] = value
+        else:
+            problems[name] = f"{at(ft, name)}: {ft.dialect.keys[name]} is {value!r}: a positive integer is needed"
+    ddp = deepspeed is None
+    if ddp:
+        deepspeed = {"train_micro_batch_size_per_gpu": values.get("micro_batch", "auto"),
+                     "gradient_accumulation_steps": values.get("grad_accum", 1)}
+        label, locate = ft.path, None
+    # the micro-batch is in the config: the Trainer's own where it said "auto" (a written one that differs is FT001)
+    job = read_deepspeed(deepspeed, label or ft.path, arch, world, seq_length=values.get("seq_len"),
+                         precision=ft.precision(),
+                         gradient_checkpointing=ft.gradient_checkpointing, locate=locate)
+    for name, key in (("micro_batch", "batch"), ("grad_accum", "batch"), ("seq_len", "seq_length")):
+        if name in problems:
+            job.missing[key] = problems[name]
+    if named_missing:
+        job.missing["deepspeed"] = (f"{at(ft, 'deepspeed')}: deepspeed file {ft.get('deepspeed')!r} not found "
+                                    "(looked from the working directory and from this file's folder up)")
+    job.hf_ddp = ddp
+    job.padded_batches = job.micro_batch > 1 and not _packed(ft)
     for key, name in (("seq_length", "seq_len"), ("micro_batch", "micro_batch"), ("params_dtype", "bf16")):
         job.origins[key] = ft.origin(name)
     if ft.gradient_checkpointing:
@@ -65,7 +70,11 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture, world: int, world_orig
                                     f"{'command' if ft.doc.format == 'argv' else 'config'}", ft.path)
     if job.hf_ddp:
         job.notes.append("no DeepSpeed file: the HF Trainer runs torch DDP (AdamW from torch, no ZeRO)")
-    _method(job, ft, arch)
+    if arch is not None:
+        try:
+            _method(job, ft, arch)
+        except IncompleteJob as err:
+            job.missing["adapter"] = str(err)
     return job
 
 

@@ -4,23 +4,26 @@ from __future__ import annotations
 
 from guard.job.architecture import Architecture
 from guard.job.flag_values import FlagValues
-from guard.job.layout import DEFAULT_GPUS_PER_NODE, ParallelLayout
+from guard.job.layout import ParallelLayout
 from guard.job.megatron_model import architecture
 from guard.job.megatron_training import read_training
 from guard.job.origin import Origin
 from guard.job.stages import LayoutError
 from guard.job.training_job import IncompleteJob, TrainingJob
 from guard.megatron import derived
-from guard.megatron.job import MegatronJob
+from guard.job.world import World
+from guard.megatron.command import MegatronCommand
 
 
-def read_megatron(cmd: MegatronJob, base: Architecture | None = None, vocab: int | None = None) -> TrainingJob:
-    """Never raises: what cannot be read goes to job.missing with the reason (rules judge the rest)."""
+def read_megatron(cmd: MegatronCommand, world: World, base: Architecture | None = None,
+                  vocab: int | None = None) -> TrainingJob:
+    """The job `cmd` runs on `world` (decided by guard/intake/world.py). Never raises: what cannot be read goes to
+    job.missing with the reason (rules judge the rest)."""
     deepspeed = cmd.flavour == "megatron-deepspeed" and cmd.v("deepspeed") is True
     job = TrainingJob(arch=None, framework="megatron-deepspeed" if deepspeed else "megatron")
     fv = FlagValues(cmd, job)
     job.origins["command"] = Origin("flag", cmd.program or "the command", cmd.path, cmd.anchor.line, cmd.anchor.col)
-    job.layout = read_layout(fv)
+    job.layout = read_layout(fv, world)
     for name, section in (("model", lambda: _model(fv, base, vocab)), ("batch", lambda: _batch(fv)),
                           ("sequence", lambda: _sequence(fv)),
                           ("training", lambda: read_training(fv)), ("stages", lambda: _stages(fv))):
@@ -31,19 +34,31 @@ def read_megatron(cmd: MegatronJob, base: Architecture | None = None, vocab: int
     return job
 
 
-def _int_or_none(cmd: MegatronJob, dest: str, default: int | None = 1) -> int | None:
+def _int_or_none(cmd: MegatronCommand, dest: str, default: int | None = 1) -> int | None:
     """A degree as written (None: unresolved); flags this flavour lacks take their neutral value."""
     if dest not in cmd.table.by_dest:
         return default
     return cmd.int_(dest, default)
 
 
-def read_layout(fv: FlagValues) -> ParallelLayout:
+# the layout fields a Megatron flag sets, for their origins (a rule reports a layout problem at its field's flag)
+LAYOUT_FLAGS = {
+    "layout.tp": "tensor_model_parallel_size", "layout.pp": "pipeline_model_parallel_size",
+    "layout.cp": "context_parallel_size", "layout.ulysses": "ds_sequence_parallel_size",
+    "layout.ep": "expert_model_parallel_size", "layout.etp": "expert_tensor_parallel_size",
+    "layout.vpp": "num_virtual_stages_per_pipeline_rank", "layout.virtual_layers": "num_layers_per_virtual_pipeline_stage",
+    "layout.layout_string": "pipeline_model_parallel_layout",
+    "layout.first_stage_layers": "decoder_first_pipeline_num_layers",
+    "layout.last_stage_layers": "decoder_last_pipeline_num_layers",
+    "layout.account_embedding": "account_for_embedding_in_pipeline_split",
+    "layout.account_loss": "account_for_loss_in_pipeline_split", "layout.sequence_parallel": "sequence_parallel",
+}
+VIRTUAL_OPTIONS = ("layout.virtual_layers", "layout.vpp", "layout.layout_string")  # validate_args: one at most
+
+
+def read_layout(fv: FlagValues, world: World) -> ParallelLayout:
     cmd, job = fv.cmd, fv.job
-    for field, dest in (("layout.tp", "tensor_model_parallel_size"), ("layout.pp", "pipeline_model_parallel_size"),
-                        ("layout.cp", "context_parallel_size"), ("layout.ulysses", "ds_sequence_parallel_size"),
-                        ("layout.ep", "expert_model_parallel_size"), ("layout.vpp", "num_layers_per_virtual_"
-                                                                                    "pipeline_stage")):
+    for field, dest in LAYOUT_FLAGS.items():
         if dest in cmd.table.by_dest:
             job.origins[field] = fv.origin(dest)
     tp, pp = _int_or_none(cmd, "tensor_model_parallel_size"), _int_or_none(cmd, "pipeline_model_parallel_size")
@@ -54,21 +69,23 @@ def read_layout(fv: FlagValues) -> ParallelLayout:
         etp = tp if cmd.v("enable_expert_tensor_parallelism") is True else 1  # DeepSpeed MoE: experts whole
     else:
         etp = _int_or_none(cmd, "expert_tensor_parallel_size", None)
-    world = cmd.world_size
-    if cmd.world_conflict:
-        ours, label = cmd.world_conflict
-        job.notes.append(f"{label} says {ours} ranks, the launcher starts {world} ({cmd.world_size_why}): "
-                         "the launcher's world is used (--force-world-size to use yours)")
-    if world is not None:
-        job.origins["layout.world"] = _world_origin(cmd)
-    else:
-        job.missing["world_size"] = (f"{cmd.path}: the world size is unknown ({cmd.world_size_why or 'no launcher'})"
-                                     ": give --world-size N")
+    world.put(job, cmd.path)
+    if deepspeed and world.size and tp and pp:
+        # Megatron-DeepSpeed's initialize_model_parallel clamps TP and PP to the world instead of failing
+        tp = min(tp, world.size)
+        pp = min(pp, max(world.size // tp, 1))
+    if ep is None:
+        job.missing["layout"] = f"{cmd.path}: the expert-parallel size is not known statically: give it literally"
     layout_string = cmd.v("pipeline_model_parallel_layout") if "pipeline_model_parallel_layout" in \
         cmd.table.by_dest and cmd.given("pipeline_model_parallel_layout") else None
+    virtual_layers = cmd.int_("num_layers_per_virtual_pipeline_stage") if \
+        "num_layers_per_virtual_pipeline_stage" in cmd.table.by_dest else None
+    vpp = cmd.int_("num_virtual_stages_per_pipeline_rank") if \
+        "num_virtual_stages_per_pipeline_rank" in cmd.table.by_dest else None
     return ParallelLayout(
-        world=world, gpus_per_node=cmd.gpus_per_node or DEFAULT_GPUS_PER_NODE, tp=tp, pp=pp,
-        vpp=_vpp(cmd, pp) or 1, cp=_int_or_none(cmd, "context_parallel_size"), ep=max(1, ep or 1),
+        world=world.size, gpus_per_node=world.gpus_per_node, tp=tp, pp=pp,
+        vpp=vpp or 1, virtual_layers=virtual_layers, overlap_p2p=cmd.v("overlap_p2p_comm", True) is not False,
+        cp=_int_or_none(cmd, "context_parallel_size"), ep=max(1, ep or 1),
         etp=etp, ulysses=_int_or_none(cmd, "ds_sequence_parallel_size") if deepspeed else 1,
         sequence_parallel=cmd.v("sequence_parallel") is True and (tp or 1) > 1,
         first_stage_layers=_int_or_none(cmd, "decoder_first_pipeline_num_layers", None),
@@ -78,43 +95,20 @@ def read_layout(fv: FlagValues) -> ParallelLayout:
         layout_string=str(layout_string) if layout_string else None)
 
 
-def _world_origin(cmd: MegatronJob) -> Origin:
-    token = cmd.world_token
-    kind = cmd.world_size_source or "launcher"
-    if token is not None:
-        return Origin(kind, cmd.world_size_why, token.path or cmd.path, token.span.line, token.span.col)
-    return Origin(kind, cmd.world_size_why, cmd.path, cmd.anchor.line, cmd.anchor.col)
-
-
-def _vpp(cmd: MegatronJob, pp: int | None) -> int | None:
-    """Virtual pipeline size from --num-virtual-stages-per-pipeline-rank or layers per virtual stage."""
-    per_rank = cmd.int_("num_virtual_stages_per_pipeline_rank") if \
-        "num_virtual_stages_per_pipeline_rank" in cmd.table.by_dest else None
-    if per_rank:
-        return per_rank if per_rank > 1 else None
-    per_stage = cmd.int_("num_layers_per_virtual_pipeline_stage")
-    layers = cmd.int_("num_layers")
-    if per_stage and layers and pp:
-        total = layers + int(cmd.v("account_for_embedding_in_pipeline_split") is True) + \
-            int(cmd.v("account_for_loss_in_pipeline_split") is True)
-        vpp = (total // pp) // per_stage
-        return vpp if vpp > 1 else None
-    return None
-
-
 def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None:
     job, cmd = fv.job, fv.cmd
-    arch = architecture(fv, base, vocab)
+    arch, unknown_vocab = architecture(fv, base, vocab)
+    job.arch = arch  # kept even when it cannot be priced: the rules judge its shape
     for value, what in ((arch.num_layers, "--num-layers"), (arch.hidden, "--hidden-size"),
                         (arch.heads, "--num-attention-heads"), (arch.ffn_hidden, "--ffn-hidden-size"),
-                        (arch.kv_channels, "--kv-channels"), (arch.query_groups, "--num-query-groups"),
-                        (arch.vocab, "--vocab-size")):
+                        (arch.kv_channels, "--kv-channels"), (arch.query_groups, "--num-query-groups")):
         if value is None or value < 1:
             raise IncompleteJob(f"{cmd.path}: {what} must be a positive integer, got {value} (see guard check)")
     if arch.heads % arch.query_groups:
         raise IncompleteJob(f"{cmd.path}: --num-attention-heads {arch.heads} is not a multiple of "
                             f"--num-query-groups {arch.query_groups} (see guard check)")
-    job.arch = arch
+    if unknown_vocab:
+        raise IncompleteJob(unknown_vocab)
     for feature in base.unmodelled if base else ():
         job.add_unmodelled(feature, base.source or "--model / --hf-config")
     divisible = fv.int("make_vocab_size_divisible_by") or 128
@@ -149,14 +143,19 @@ def _batch(fv: FlagValues) -> None:
 
 
 def _stages(fv: FlagValues) -> None:
-    job = fv.job
+    """The one split (guard/job/stages.py); its refusal is kept for the rules (MLM106-108) and the estimate."""
+    from dataclasses import replace
+
+    job, cmd = fv.job, fv.cmd
     if job.arch is None:
         return
+    given = [f for f in VIRTUAL_OPTIONS if LAYOUT_FLAGS[f] in cmd.table.by_dest and cmd.given(LAYOUT_FLAGS[f])]
     try:
+        if len(given) > 1:
+            raise LayoutError("no more than one of " + ", ".join(cmd.option(LAYOUT_FLAGS[f]) for f in given) +
+                              " can be set", "virtual", given[1], at_value=False)
         job.chunks = job.layout.split(job.arch.num_layers)
     except LayoutError as err:
-        raise IncompleteJob(f"{fv.cmd.path}: {err}") from None
-    if job.layout.layout_string:
-        from dataclasses import replace
-
-        job.layout = replace(job.layout, vpp=len(job.chunks[0]))
+        job.stage_problem = err
+        raise IncompleteJob(f"{cmd.path}: {err}") from None
+    job.layout = replace(job.layout, vpp=len(job.chunks[0]))  # derived from a layout string or layers per stage

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from guard.errors import InputError
 from guard.job.architecture import Architecture
 
 LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek", "gemma",
@@ -12,7 +13,7 @@ LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwe
 SUPPORTED = sorted(LLAMA_LIKE | {"gpt2", "gpt_neox", "falcon"})
 
 
-class HfConfigError(ValueError):
+class HfConfigError(InputError):
     """The config cannot be turned into an architecture (message names the key)."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guard.job.stages import Chunk, from_layout_string, megatron_chunks
+from guard.job.stages import Chunk, SplitAsk, split
 
 DEFAULT_GPUS_PER_NODE = 8  # a DGX/HGX node; used only where neither the launcher nor the user says
 
@@ -42,6 +42,8 @@ class ParallelLayout:
     account_embedding: bool = False
     account_loss: bool = False
     layout_string: str | None = None
+    virtual_layers: int | None = None  # --num-layers-per-virtual-pipeline-stage (vpp then follows the split)
+    overlap_p2p: bool = True  # the interleaved schedule needs PP > 2 without it
 
     # -- derived sizes ------------------------------------------------------------------------------
     @property
@@ -118,11 +120,11 @@ class ParallelLayout:
         return range(pp_rank * n, (pp_rank + 1) * n)
 
     def split(self, num_layers: int) -> list[list[Chunk]]:
-        """Layers to [pp rank][chunk] as megatron-core assigns them; LayoutError when it cannot."""
-        if self.layout_string:
-            return from_layout_string(self.layout_string, self.pp or 1, num_layers)
-        return megatron_chunks(num_layers, self.pp or 1, self.vpp, self.first_stage_layers, self.last_stage_layers,
-                               self.account_embedding, self.account_loss)
+        """Layers to [pp rank][chunk] as megatron-core assigns them (guard/job/stages.py: the one split);
+        LayoutError with megatron's reason when it cannot."""
+        return split(num_layers, SplitAsk(self.pp or 1, self.vpp, self.virtual_layers, self.first_stage_layers,
+                                          self.last_stage_layers, self.account_embedding, self.account_loss,
+                                          self.layout_string, self.overlap_p2p))
 
     def as_dict(self) -> dict[str, int | None]:
         return {"world_size": self.world, "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,

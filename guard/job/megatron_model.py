@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guard.job.architecture import Architecture, moe_layer_pattern
+from guard.job.architecture import MOE_PATTERN, Architecture, moe_layer_pattern
 from guard.job.flag_values import FlagValues, list_expression
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob
@@ -13,7 +13,8 @@ from guard.megatron import derived
 
 
 
-def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -> Architecture:
+def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -> tuple[Architecture, str]:
+    """The model's shape, and why its vocabulary is unknown ("" when known; the shape is kept for the rules)."""
     cmd, b = fv.cmd, base
     need = "give it in the command, or --model / --hf-config"
     layers = fv.int("num_layers", b and b.num_layers, need, field="arch.num_layers")
@@ -22,8 +23,8 @@ def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -
     if not heads or not hidden or heads < 1:
         raise IncompleteJob(f"{cmd.path}: --hidden-size and --num-attention-heads must be positive integers")
     swiglu = bool(fv.value("swiglu", b.gated_mlp if b and not cmd.given("swiglu") else None))
-    groups = cmd.query_groups if (cmd.given("group_query_attention") or cmd.given("num_query_groups")
-                                  or cmd.given("num_key_value_heads") or not b) else b.query_groups
+    groups = query_groups(fv, heads) if (cmd.given("group_query_attention") or cmd.given("num_query_groups")
+                                         or cmd.given("num_key_value_heads") or not b) else b.query_groups
     kv = fv.int("kv_channels", b.kv_channels if b else None) or hidden // heads
     ffn = fv.int("ffn_hidden_size", b.ffn_hidden if b and not cmd.given("hidden_size") else None) or \
         derived.ffn_hidden_size(hidden, swiglu)
@@ -35,9 +36,13 @@ def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -
     seq = fv.int("seq_length", None) or (b.max_positions if b else 0)
     max_pos = fv.int("max_position_embeddings", b.max_positions if b else None) or seq
     moe = _experts(fv, b, layers, ffn)
+    try:
+        vocab, unknown_vocab = vocab_size(fv, b, vocab), ""
+    except IncompleteJob as err:
+        vocab, unknown_vocab = 0, str(err)
     return Architecture(
         num_layers=layers, hidden=hidden, heads=heads, query_groups=groups or heads, kv_channels=kv,
-        ffn_hidden=ffn, vocab=vocab_size(fv, b, vocab), max_positions=max_pos, gated_mlp=swiglu,
+        ffn_hidden=ffn, vocab=vocab, max_positions=max_pos, gated_mlp=swiglu,
         norm="rmsnorm" if str(norm).lower() == "rmsnorm" else "layernorm",
         tied_embeddings=not untie, position_embedding=str(pos),
         linear_bias=bool(fv.value("add_bias_linear", b.linear_bias if b else None)),
@@ -45,7 +50,18 @@ def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -
         qk_norm=bool(fv.value("qk_layernorm", b.qk_norm if b else None)),
         hidden_dropout=float(fv.value("hidden_dropout", None) or 0.0),
         attention_dropout=float(fv.value("attention_dropout", None) or 0.0),
-        name=(b.name if b else "") or f"GPT from the flags of {cmd.path}", source=cmd.path, **moe)
+        name=(b.name if b else "") or f"GPT from the flags of {cmd.path}", source=cmd.path, **moe), unknown_vocab
+
+
+def query_groups(fv: FlagValues, heads: int) -> int | None:
+    """The KV groups Megatron builds: --num-query-groups counts only with --group-query-attention (Megatron-LM's
+    core_transformer_config_from_args); Megatron-DeepSpeed's --num-key-value-heads always does."""
+    cmd = fv.cmd
+    if cmd.flavour == "megatron-deepspeed":
+        return cmd.int_("num_key_value_heads") or heads
+    if cmd.v("group_query_attention") is True:
+        return cmd.int_("num_query_groups")
+    return heads
 
 
 def _experts(fv: FlagValues, b: Architecture | None, layers: int, ffn: int) -> dict:
@@ -61,7 +77,11 @@ def _experts(fv: FlagValues, b: Architecture | None, layers: int, ffn: int) -> d
         if freq is None:
             raise IncompleteJob(f"{fv.cmd.path}: --moe-layer-freq is an expression guard cannot read; give an int "
                                 "or a list such as [0]*3+[1]*29")
-    pattern = moe_layer_pattern(layers, freq) if freq is not None else (b.moe_layers if b else None)
+    try:
+        pattern = moe_layer_pattern(layers, freq) if freq is not None else (b.moe_layers if b else None)
+    except ValueError as err:  # megatron-core asserts one entry per layer: MLM114 says so, nothing is priced
+        fv.job.missing[MOE_PATTERN] = f"{fv.cmd.path}: {err}"
+        pattern = None
     return {"num_experts": experts,
             "moe_ffn_hidden": fv.int("moe_ffn_hidden_size", b.moe_ffn_hidden if b else None) or ffn,
             "moe_topk": fv.int("moe_router_topk", b.moe_topk if b else None) or 2,

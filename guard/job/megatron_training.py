@@ -138,7 +138,9 @@ def _deepspeed(fv: FlagValues) -> None:
         if source is None and cmd.given("deepspeed_config"):
             why = cmd.deepspeed_config_problem or f"the DeepSpeed config {cmd.v('deepspeed_config')} was not found"
             job.notes.append(f"{why}: precision from the command's flags, ZeRO from --zero-stage")
-    if stage is not None and not (config.get("zero_optimization") or {}).get("stage"):
+    zero = config.get("zero_optimization")
+    if stage is not None and not (isinstance(zero, bool) or (isinstance(zero, dict) and "stage" in zero)):
+        # DeepSpeed reads the stage from its config; --zero-stage stands in only where the config says none
         job.zero_stage = stage
         job.origins["zero_stage"] = fv.origin("zero_stage")
     job.distributed_optimizer = False

@@ -7,6 +7,7 @@ import os
 import re
 from functools import lru_cache
 
+from guard.errors import InputError
 from guard.job import hf_config, presets
 from guard.job.architecture import Architecture
 
@@ -14,7 +15,7 @@ from guard.job.architecture import Architecture
 VARIANT = re.compile(r"(-instruct(-v0\.\d)?|-chat(-hf)?|-it)$", re.IGNORECASE)
 
 
-class UnknownModel(ValueError):
+class UnknownModel(InputError):
     """The name resolves to nothing guard can read (the message says what to give)."""
 
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from guard.errors import InputError
 from guard.job.adapter import Adapter
 from guard.job.architecture import Architecture
 from guard.job.layout import ParallelLayout
 from guard.job.origin import Origin
-from guard.job.stages import Chunk
+from guard.job.stages import Chunk, LayoutError
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "uint8": 1}
 
 
-class IncompleteJob(ValueError):
+class IncompleteJob(InputError):
     """The job lacks a value a feature needs (the message names the value and how to give it)."""
 
 
@@ -95,6 +96,8 @@ class TrainingJob:
     gpu: str | None = None  # the GPU it runs on (a catalog name or a size), when known
     overrides: dict[str, float] = field(default_factory=dict)  # runtime/buffer terms set by the user (--set)
     origins: dict[str, Origin] = field(default_factory=dict)
+    overruled: dict[str, tuple[Any, Origin]] = field(default_factory=dict)  # a value given, and a stronger one won
+    stage_problem: LayoutError | None = None  # why the layers do not split (missing["stages"] says it too)
     unmodelled: list[tuple[str, str]] = field(default_factory=list)  # (feature, setting that asks for it)
     missing: dict[str, str] = field(default_factory=dict)  # value -> why it is not known
     notes: list[str] = field(default_factory=list)
@@ -134,6 +137,11 @@ class TrainingJob:
         if missing:
             raise IncompleteJob(next(iter(missing.values())))
 
+    def required(self) -> "TrainingJob":
+        """The job itself once `require` passes (for one-expression use)."""
+        self.require()
+        return self
+
     def add_unmodelled(self, feature: str, setting: str, origin: Origin | None = None) -> None:
         """A feature whose memory the model leaves out, named with the setting (and where) that asks for it."""
         if (feature, setting) not in self.unmodelled:
@@ -141,16 +149,11 @@ class TrainingJob:
         if origin is not None:
             self.origins[f"unmodelled:{feature}"] = origin
 
-    def required(self) -> "TrainingJob":
-        """The job itself once `require` passes (for one-expression use)."""
-        self.require()
-        return self
-
     # -- changing (the planner and the launcher) ---------------------------------------------------
     def with_layout(self, layout: ParallelLayout, origin: Origin | None = None) -> "TrainingJob":
         """A copy on another layout: DP, microbatches and the stage split follow."""
         job = replace(self, layout=layout, origins=dict(self.origins), notes=list(self.notes),
-                      unmodelled=list(self.unmodelled), missing=dict(self.missing))
+                      unmodelled=list(self.unmodelled), missing=dict(self.missing), overruled=dict(self.overruled))
         if self.global_batch and layout.dp:
             job.num_microbatches = max(1, self.global_batch // (self.micro_batch * layout.dp))
         if self.arch is not None:

@@ -1,14 +1,13 @@
-"""A new world size written where the launcher takes it: --nproc-per-node/--nnodes, --num_gpus/--num_nodes, ..."""
+"""A new world size written where the launcher takes it: the options its record (guard/launchers) names for
+processes per node and nodes (--nproc-per-node/--nnodes, --num_gpus/--num_nodes), or for the process count."""
 
 from __future__ import annotations
 
 from guard.job.layout import ParallelLayout
 from guard.job.write_shell import ShellWriter, written_ltext
+from guard.launchers import registry
 
 FIELD = "layout.world"
-# launcher kind -> (option for processes per node, option for nodes), both as torchrun/deepspeed spell them
-PAIRS = {"torchrun": ("--nproc-per-node", "--nnodes"), "torch.distributed.launch": ("--nproc-per-node", "--nnodes"),
-         "deepspeed": ("--num_gpus", "--num_nodes"), "srun": ("--ntasks-per-node", "--nodes")}
 
 
 def world_edits(cmd, old: ParallelLayout, new: ParallelLayout, writer: ShellWriter) -> None:
@@ -24,32 +23,29 @@ def world_edits(cmd, old: ParallelLayout, new: ParallelLayout, writer: ShellWrit
                       f"with {new.world} processes", cmd.path, cmd.anchor)
         return
     for layer in reversed(launch.layers):  # the innermost launcher decides, as guard's reader says
-        if layer.kind in ("torchrun", "torch.distributed.launch", "deepspeed"):
-            if layer.kind == "deepspeed" and (layer.get("--include", "-i") or layer.get("--hostfile", "-H")):
-                break
-            return _per_node(cmd, layer, layer.kind, old, new, writer)
-        if layer.kind in ("accelerate", "mpirun"):
-            total = layer.get("--num_processes") if layer.kind == "accelerate" else layer.get("-np")
-            if total is not None and layer.get("--num_machines") is None:
-                writer.set_value(FIELD, written_ltext(total), str(new.world), inline=_command(cmd),
-                                 what="the process count")
-                return
+        record = registry.get(layer.kind)
+        if record.read_world is None:
+            continue  # a Python layer: the launcher around it decides
+        writing = record.writing
+        if writing is None or any(layer.get(option) for option in writing.blocked_by):
             break
-        if layer.kind == "srun":
-            total = layer.get("--ntasks")
-            if total is not None:
-                writer.set_value(FIELD, written_ltext(total), str(new.world), inline=_command(cmd),
-                                 what="srun --ntasks")
-                return
-            return _per_node(cmd, layer, "srun", old, new, writer)
+        total = layer.get(writing.total) if writing.total else None
+        if total is not None and not (writing.total_alone and layer.get(writing.total_alone)):
+            writer.set_value(FIELD, written_ltext(total), str(new.world), inline=_command(cmd),
+                             what=f"{layer.kind} {writing.total}")
+            return
+        if writing.per_node:
+            return _per_node(cmd, layer, writing, old, new, writer)
+        break
     writer.refuse(FIELD, f"guard cannot rewrite the world size of this launcher ({launch.why}): start the job "
                   f"with {new.world} processes", cmd.path, cmd.anchor)
 
 
-def _per_node(cmd, layer, kind: str, old: ParallelLayout, new: ParallelLayout, writer: ShellWriter) -> None:
+def _per_node(cmd, layer, writing, old: ParallelLayout, new: ParallelLayout, writer: ShellWriter) -> None:
     """Keep the GPUs per node unless the new layout changes them; the node count follows the world."""
-    per_name, nodes_name = PAIRS[kind]
+    per_name, nodes_name = writing.per_node, writing.nodes
     per_value, nodes_value = layer.get(per_name), layer.get(nodes_name)
+    kind = layer.kind
     if kind == "srun":  # a bare srun runs the allocation's tasks: #SBATCH --nodes x --ntasks-per-node
         per_value = per_value or _sbatch(cmd, writer, per_name)
         nodes_value = nodes_value or _sbatch(cmd, writer, nodes_name)
@@ -87,10 +83,9 @@ def _command(cmd):
 def _sbatch(cmd, writer: ShellWriter, option: str):
     """The `#SBATCH` value a bare srun takes (its node and task counts)."""
     from guard.shell.interpreter import interpret
-    from guard.shell.launcher import sbatch_value
 
     text = writer.texts.get(cmd.path)
     if text is None:
         return None
     names = {"--nodes": ("--nodes", "-N"), "--ntasks-per-node": ("--ntasks-per-node",)}[option]
-    return sbatch_value(interpret(cmd.path, text), *names)
+    return next((value for key, value in interpret(cmd.path, text).sbatch if key in names), None)

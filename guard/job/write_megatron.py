@@ -14,14 +14,14 @@ from guard.megatron import flag_table
 
 
 def megatron_edits(cmd, old, new, texts: dict[str, str] | None = None) -> Rewrite:
-    """Edits that make guard read `new` from the files `cmd` (a MegatronJob) was read from, where it read `old`.
+    """Edits that make guard read `new` from the files `cmd` (a MegatronCommand) was read from, where it read `old`.
 
     `texts`: file texts by path when they are not on disk (an argv given as a string). Changes that cannot be
     written (a value in an unresolved or shared shell variable, a computed value) are in `.refused`.
     """
     writer = ShellWriter(Texts(dict(texts or {})))
     config = cmd.deepspeed_config.data if cmd.deepspeed_config is not None else None
-    changes, refused = flag_changes(old, new, cmd.table, cmd.given, cmd.num_layers, config)
+    changes, refused = flag_changes(old, new, cmd.table, cmd.given, old.arch.num_layers if old.arch else None, config)
     for refusal in refused:
         writer.refuse(refusal.field, refusal.reason, cmd.path, cmd.anchor)
     inline = (cmd.launch.command.path, cmd.launch.command.span) if cmd.launch is not None else None
@@ -37,11 +37,11 @@ def megatron_edits(cmd, old, new, texts: dict[str, str] | None = None) -> Rewrit
 
 def megatron_flags(old, new, cmd=None) -> Rewrite:
     """The changed flags as argv words (Megatron's argparse keeps the last of a repeated flag, so a launcher can
-    append them). `cmd`: the MegatronJob `old` was read from, when there is one (it says which flags the user
+    append them). `cmd`: the MegatronCommand `old` was read from, when there is one (it says which flags the user
     wrote, and in which spelling). A switch to turn off and the world size cannot be appended: see `.refused`."""
     mds = new.framework == "megatron-deepspeed"
     if cmd is not None:
-        table, given, layers = cmd.table, cmd.given, cmd.num_layers
+        table, given, layers = cmd.table, cmd.given, (old.arch.num_layers if old.arch else None)
     else:
         table = flag_table.load(flag_table.DEFAULT_MEGATRON_DEEPSPEED if mds else flag_table.DEFAULT_MEGATRON_LM)
         given, layers = _switches_on(old, mds).__contains__, old.arch.num_layers if old.arch else None

@@ -6,16 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from guard.launch.context import LaunchContext, RankPrediction
+from guard.launch.context import LaunchContext, StagePrediction
 from guard.units import GIB
 
+SHOWN = 8  # short ranks reported one by one
 # (usable bytes) -> the Plan of the job on GPUs with that much free, searched within `allow`
 Planner = Callable[[int, frozenset[str] | None], object]
 
 
 @dataclass
 class Short:
-    prediction: RankPrediction
+    prediction: StagePrediction
     sample: dict
     need: int  # what the rank needs free: the prediction (or its lower bound), plus headroom
 
@@ -29,30 +30,28 @@ class Verdict:
     action: str  # run | abort | rewrite
     reason: str
     report: list[str] = field(default_factory=list)
-    candidate: object | None = None  # the plan's candidate a rewrite applies
-    argv: list[str] | None = None  # the rank's argv once rewritten
+    candidate: object | None = None  # the plan's candidate a rewrite applies (on the deciding rank)
+    change: dict | None = None  # what every rank applies: {"flags": [...]} or {"config": path, "text": ...}
+
+    def as_dict(self) -> dict:
+        return {"action": self.action, "reason": self.reason, "report": self.report, "change": self.change}
 
 
-def headroom(text: str, total: int) -> int:
-    text = text.strip()
-    if text.endswith("%"):
-        return int(total * float(text[:-1]) / 100)
-    from guard.units import parse_size
-
-    return 0 if text in ("", "0") else parse_size(text)
-
-
-def available(ctx: LaunchContext, sample: dict, prediction: RankPrediction) -> int:
+def available(ctx: LaunchContext, sample: dict, prediction: StagePrediction) -> int:
     """Free bytes for the job on this rank: a torch sample already holds this process's CUDA context, which the
-    prediction counts too."""
+    prediction counts too; the headroom is taken once, here."""
     free = sample["free"] + (prediction.cuda_context if sample.get("source") == "torch" else 0)
-    return free - headroom(ctx.headroom, sample["total"])
+    return free - ctx.room(sample["total"])
+
+
+def _pairs(ctx: LaunchContext, samples: list[dict]):
+    return [(ctx.prediction(s["rank"]), s) for s in samples]
 
 
 def shortfalls(ctx: LaunchContext, samples: list[dict], certain: bool) -> list[Short]:
     """Ranks whose predicted peak (`certain`: the lower bound) exceeds what they have free."""
     out = []
-    for prediction, sample in zip(ctx.ranks, samples):
+    for prediction, sample in _pairs(ctx, samples):
         need = prediction.lower if certain else prediction.peak
         if need > available(ctx, sample, prediction):
             out.append(Short(prediction, sample, need))
@@ -60,21 +59,23 @@ def shortfalls(ctx: LaunchContext, samples: list[dict], certain: bool) -> list[S
 
 
 def decide(ctx: LaunchContext, samples: list[dict], planner: Planner) -> Verdict:
+    pairs = _pairs(ctx, samples)
     short = shortfalls(ctx, samples, certain=False)
-    capacity = min(available(ctx, s, p) for p, s in zip(ctx.ranks, samples))
+    capacity = min(available(ctx, s, p) for p, s in pairs)
     if not short:
-        tight = min(zip(ctx.ranks, samples), key=lambda ps: available(ctx, ps[1], ps[0]) - ps[0].peak)
-        return Verdict("run", f"every rank fits; the tightest, rank {tight[0].rank}, has "
-                              f"{(available(ctx, tight[1], tight[0]) - tight[0].peak) / GIB:.1f} GiB to spare",
-                       _footer(ctx, samples))
+        p, s = min(pairs, key=lambda ps: available(ctx, ps[1], ps[0]) - ps[0].peak)
+        return Verdict("run", f"every rank fits; the tightest, rank {s['rank']}, has "
+                              f"{(available(ctx, s, p) - p.peak) / GIB:.1f} GiB to spare", _footer(ctx, samples))
     if ctx.unmodelled:  # honest confidence: stop only on what is certain
         certain = shortfalls(ctx, samples, certain=True)
         if not certain:
             return Verdict("run", "the prediction exceeds free memory, but guard does not model some features "
                                   f"({', '.join(ctx.unmodelled)}) and what is certain fits: running",
-                           [_line(ctx, s) for s in short] + _footer(ctx, samples))
+                           [_line(ctx, s) for s in short[:SHOWN]] + _footer(ctx, samples))
         short = certain
-    report = [_line(ctx, s) for s in short]
+    report = [_line(ctx, s) for s in short[:SHOWN]]
+    if len(short) > SHOWN:  # thousands of ranks: the first ones say what the rest would
+        report.append(f"... and {len(short) - SHOWN} more ranks short of memory")
     if ctx.policy == "rewrite":
         plan = planner(capacity, frozenset(ctx.allow))
         if plan.candidates:
@@ -89,10 +90,15 @@ def decide(ctx: LaunchContext, samples: list[dict], planner: Planner) -> Verdict
     return Verdict(action, reason, report + _footer(ctx, samples))
 
 
+def failed(samples: list[dict]) -> list[str]:
+    """The ranks whose check itself failed (no GPU to read, an exception), each as one line."""
+    return [f"rank {s['rank']}: {s['error']}" for s in samples if s.get("error")]
+
+
 def _line(ctx: LaunchContext, short: Short) -> str:
     p, s = short.prediction, short.sample
     bound = "lower bound" if ctx.unmodelled and short.need == p.lower else "predicted peak"
-    line = (f"rank {p.rank} (pipeline stage {p.pp_rank}; {s['host']}, GPU {s['device']}): needs "
+    line = (f"rank {s['rank']} (pipeline stage {p.pp_rank}; {s['host']}, GPU {s['device']}): needs "
             f"{short.need / GIB:.1f} GiB ({bound}, dominated by {p.dominant}) but {s['free'] / GIB:.1f} of "
             f"{s['total'] / GIB:.1f} GiB are free: short by {short.missing / GIB:.1f} GiB")
     for other in s.get("others", []):

@@ -31,9 +31,9 @@ class DsConfigSource:
     heredoc: Any = None  # the script's Heredoc that writes the config, when one does
 
 
-def attach_deepspeed_config(job, script: Script) -> str:
+def attach_deepspeed_config(cmd, script: Script) -> str:
     """Attach the config `--deepspeed_config` names; return why none could be ("" when attached or unnamed)."""
-    occ = job.args.last("deepspeed_config") or job.args.last("deepscale_config")
+    occ = cmd.args.last("deepspeed_config") or cmd.args.last("deepscale_config")
     if occ is None or not occ.values:
         return ""
     value = occ.values[0]
@@ -46,18 +46,18 @@ def attach_deepspeed_config(job, script: Script) -> str:
         if doc is None or not isinstance(doc.data, dict):
             return f"{writer.path}:{writer.span.line}: the heredoc that writes {target} is not a JSON object " \
                    "guard can read (unknown values or a syntax error)"
-        job.deepspeed_config = DsConfigSource(doc.data, f"heredoc at line {writer.span.line}",
+        cmd.deepspeed_config = DsConfigSource(doc.data, f"heredoc at line {writer.span.line}",
                                               _heredoc_locator(writer, doc), heredoc=writer)
         return ""
     if isinstance(writer, Render) and index is not None:
-        rendered = render_config(job.path, steps, index, value)
+        rendered = render_config(cmd.path, steps, index, value)
         if rendered.doc is not None:
-            job.deepspeed_config = DsConfigSource(rendered.doc.data, rendered.label, _rendered_locator(rendered),
+            cmd.deepspeed_config = DsConfigSource(rendered.doc.data, rendered.label, _rendered_locator(rendered),
                                                   rendered.notes, rendered.doc)
         return rendered.problem
     if not value.resolved:
         return f"the DeepSpeed config path {value.raw or target} is unknown and no command of the script writes it"
-    for candidate in candidates(target, job.path):
+    for candidate in candidates(target, cmd.path):
         if os.path.isfile(candidate):
             from guard.sources.document import SourceError
             from guard.sources.loader import load_document
@@ -68,7 +68,7 @@ def attach_deepspeed_config(job, script: Script) -> str:
                 return f"{candidate}:{err.span.line}:{err.span.col}: {err.message}"
             if not isinstance(doc.data, dict):
                 return f"{candidate}: the DeepSpeed config is not a JSON object"
-            job.deepspeed_config = DsConfigSource(
+            cmd.deepspeed_config = DsConfigSource(
                 doc.data, candidate, lambda *p, d=doc, c=candidate: (c, d.span(pointer_of(p))))
             return ""
     return f"the DeepSpeed config {target} is not written by the script and not found beside it"

@@ -1,4 +1,4 @@
-"""Turn a launch script, a command-line file or an argv string into Megatron jobs for the rules."""
+"""A launch script, a command-line file or an argv string read into the Megatron commands it runs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from guard.diagnostic import Span
 from guard.megatron import flag_table
 from guard.megatron.argv import parse
 from guard.megatron.ds_config import attach_deepspeed_config
-from guard.megatron.job import EnvVar, MegatronJob
+from guard.megatron.command import EnvVar, MegatronCommand
 from guard.settings import Settings
 from guard.shell.interpreter import interpret
-from guard.shell.launcher import Launch, find_launches
+from guard.launchers.chain import Launch, find_launches
+from guard.launchers.record import WorldReading
 from guard.shell.located import LText
 from guard.shell.model import Heredoc, Script
 
@@ -33,7 +34,7 @@ class ScriptFinding:
 
 @dataclass
 class ScriptResult:
-    jobs: list[MegatronJob] = field(default_factory=list)
+    commands: list[MegatronCommand] = field(default_factory=list)
     script: Script | None = None
     heredoc_configs: list[tuple[Heredoc, Any]] = field(default_factory=list)  # (heredoc, Document)
     findings: list[ScriptFinding] = field(default_factory=list)  # about the script itself (data; rules name them)
@@ -97,10 +98,11 @@ def _bare_launch(script: Script) -> list[Launch]:
     for command in script.commands:
         words = command.words
         if words and words[0].text.startswith("--"):
-            out.append(Launch(command, [], None, list(words), why="a bare Megatron command line (no launcher)"))
+            out.append(Launch(command, [], None, list(words), WorldReading(why="a bare Megatron command line (no "
+                                                                               "launcher)")))
         elif words and words[0].text.endswith(".py"):
             out.append(Launch(command, [], words[0], list(words[1:]),
-                              why="the script runs the program directly (no launcher)"))
+                              WorldReading(why="the script runs the program directly (no launcher)")))
     return out
 
 
@@ -133,11 +135,11 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
     env = {name: EnvVar(value.text if value.resolved else None, span, where)
            for name, (value, span, where) in script.exports.items()}
     for launch in launches:
-        result.jobs.append(_job(path, script, launch, env, settings))
+        result.commands.append(_command(path, script, launch, env, settings))
     return result
 
 
-def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], settings: Settings) -> MegatronJob:
+def _command(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], settings: Settings) -> MegatronCommand:
     tokens = [w.token() for w in launch.args]
     # `$MEGATRON/pretrain_gpt.py`: the literal tail names the program even when the folder is unknown
     program = launch.program.text if launch.program is not None else ""
@@ -149,54 +151,33 @@ def _job(path: str, script: Script, launch: Launch, env: dict[str, EnvVar], sett
     job_env = dict(env)
     for name, value in launch.command.env.items():  # `VAR=1 torchrun ...` applies to that command only
         job_env[name] = EnvVar(value.text if value.resolved else None, value.span(), path)
-    job = MegatronJob(path=path, args=args, table=table, launcher=launch.kind if launch.layers else "",
-                      env=job_env, program=program,
-                      anchor=Span(launch.command.span.line, launch.command.span.col), launch=launch)
+    cmd = MegatronCommand(path=path, args=args, table=table, launcher=launch.kind if launch.layers else "",
+                          env=job_env, program=program,
+                          anchor=Span(launch.command.span.line, launch.command.span.col), launch=launch)
     if not launch.layers and launch.program is None:
-        job.env = None  # a bare command line: the environment it runs in is not in the file
-    _world(job, launch, settings)
-    job.gpus_per_node = settings.gpus_per_node or launch.gpus_per_node
-    job.nodes = launch.nodes
-    job.fork_flags = fork_flags
-    job.deepspeed_config_problem = attach_deepspeed_config(job, script) or ""
-    return job
+        cmd.env = None  # a bare command line: the environment it runs in is not in the file
+    cmd.fork_flags = fork_flags
+    cmd.deepspeed_config_problem = attach_deepspeed_config(cmd, script) or ""
+    return cmd
 
 
-def _world(job: MegatronJob, launch: Launch | None, settings: Settings) -> None:
-    """The launcher's world wins over --world-size / [tool.guard] unless forced; a disagreement is kept."""
-    ours = settings.world_size
-    theirs = launch.world_size if launch is not None and launch.layers else None
-    if theirs is not None and not (ours and settings.force_world_size):
-        job.world_size, job.world_size_why, job.world_size_source = theirs, launch.why, "launcher"
-        job.world_token = launch.where.token() if launch.where is not None else None
-        if ours and ours != theirs:
-            job.world_conflict = (ours, settings.world_size_label or "--world-size")
-    elif ours:
-        job.world_size, job.world_size_why = ours, settings.world_size_label or "--world-size"
-        job.world_size_source = settings.world_size_source or "cli"
-    elif launch is not None:  # None: a bare --megatron-args line, where no launcher is expected
-        job.world_size_why = launch.why if launch.layers else "no launcher in the script"
-
-
-def job_from_argv(text: str, label: str, settings: Settings) -> MegatronJob | None:
+def command_from_argv(text: str, label: str, settings: Settings) -> MegatronCommand | None:
     """`--megatron-args "..."`: a command line alone; the environment is unknown."""
     script = interpret(label, text)
     words = [w for c in script.commands for w in c.words]
     if words and not words[0].text.startswith("-"):
         launches = find_launches(script)
         if launches:
-            job = _job(label, script, launches[0], {}, settings)
-            job.env = None
-            return job
+            cmd = _command(label, script, launches[0], {}, settings)
+            cmd.env = None
+            return cmd
         program = words[0].text if words[0].text.endswith(".py") else ""
         words = words[1:] if program else words
     else:
         program = ""
     tokens = [w.token() for w in words]
     table, fork_flags = choose_table([t.text for t in tokens], settings, program)
-    job = MegatronJob(path=label, args=parse(tokens, table), table=table, env=None, program=program)
-    _world(job, None, settings)
-    job.gpus_per_node = settings.gpus_per_node
-    job.fork_flags = fork_flags
-    job.deepspeed_config_problem = attach_deepspeed_config(job, script) or ""
-    return job
+    cmd = MegatronCommand(path=label, args=parse(tokens, table), table=table, env=None, program=program)
+    cmd.fork_flags = fork_flags
+    cmd.deepspeed_config_problem = attach_deepspeed_config(cmd, script) or ""
+    return cmd

@@ -51,6 +51,8 @@ class Estimate:
     gpu: Gpu | None
     stages: list[StageEstimate]
     param_count: int
+    # guard check's errors on the job (guard/judge.py): the job will not start, so it is never said to fit
+    refusals: list = field(default_factory=list)
 
     @property
     def trainable_param_count(self) -> int:
@@ -78,7 +80,10 @@ class Estimate:
 
     @property
     def fits(self) -> bool | None:
-        return None if self.capacity is None else self.peak_stage.peak_bytes <= self.capacity
+        """Whether every rank's peak fits the GPU; None without a GPU, or when the job will not start at all."""
+        if self.capacity is None or self.refusals:
+            return None
+        return self.peak_stage.peak_bytes <= self.capacity
 
     def host_bytes_per_node(self) -> int:
         """Offloaded states of the ranks on one node (the busiest node)."""

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
 
+from guard.errors import InputError
 from guard.memory.catalog import Gpu
 from guard.resources import load_json
 
 
-class NoSpeeds(ValueError):
+class NoSpeeds(InputError):
     """A GPU without the figures the step-time model needs (one line, exit 2)."""
 
 

@@ -1,8 +1,8 @@
 """A candidate written back into the user's own files by the job's round-trip writer, as edits and a diff.
 
-The user's files are never touched: the edited texts live in memory (checked through
-guard.sources.loader.overlay) and are shown as a unified diff; a Megatron job also gets the flags a
-launcher may append instead.
+The user's files are never touched: the edited texts live in memory and are shown as a unified diff (the
+candidate itself is judged in memory, guard/judge.py); a Megatron job also gets the flags a launcher may
+append instead.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass, field
 
 from guard.job.edits import Edit, Refusal, apply_edits
-from guard.job.from_inputs import JobSource
+from guard.job.subject import Subject
 from guard.job.training_job import TrainingJob
 from guard.sources.document import SourceError
 from guard.sources.loader import read_text
@@ -41,17 +41,24 @@ class Written:
                 for e in self.edits]
 
 
-def write_candidate(source: JobSource, new: TrainingJob) -> Written:
+def write_candidate(subject: Subject, new: TrainingJob) -> Written:
     """Edits that turn the user's job into `new`; what the writer refuses is in `.refused`."""
     from guard.job.write_deepspeed import deepspeed_edits
     from guard.job.write_megatron import megatron_edits, megatron_flags
 
-    texts = {source.command.path: source.argv_text} if source.command is not None and source.argv_text else {}
-    if source.command is not None:
-        rewrite = megatron_edits(source.command, source.job, new, texts)
-        flags = megatron_flags(source.job, new, source.command)
-    else:
-        rewrite, flags = deepspeed_edits(source.config, source.job, new), None
+    cmd = subject.command
+    texts = {cmd.path: subject.argv_text} if cmd is not None and subject.argv_text else {}
+    flags = None
+    if cmd is not None:
+        rewrite = megatron_edits(cmd, subject.job, new, texts)
+        flags = megatron_flags(subject.job, new, cmd)
+    elif subject.kind == "deepspeed":
+        rewrite = deepspeed_edits(subject.deepspeed.doc, subject.job, new)
+    else:  # a training config: its keys are not written back yet
+        out = Written()
+        out.refused.append(Refusal("training config", "guard does not write LLaMA-Factory / axolotl / TRL configs "
+                                   "back yet: make the change shown by hand", subject.path))
+        return out
     out = Written(list(rewrite), list(rewrite.refused))
     if flags is not None:
         out.flags, out.flags_refused = list(flags), list(flags.refused)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from guard.job.stages import LayoutError
 from guard.job.training_job import TrainingJob
 from guard.memory.catalog import Gpu
 from guard.memory.estimate import Estimate, estimate, estimate_stage
@@ -118,10 +119,18 @@ def _allowed_structures(job: TrainingJob, current: space.Knobs, allowed: frozens
     return out
 
 
+def _smallest_chunk(job, layout) -> int:
+    """Layers in the smallest model chunk of the one split (block recompute may not hold more than a chunk has)."""
+    try:
+        return max(1, min(len(chunk.layers) for stage in layout.split(job.arch.num_layers) for chunk in stage))
+    except LayoutError:
+        return 1  # a split megatron refuses: the candidate is dropped by the rules
+
+
 def _search_structure(job, hw, capacity, layout, extra, feasible, current: space.Knobs, allowed) -> int:
     """Price every micro-batch of one structure at its fastest fitting recompute level; the number tried."""
     tried = 0
-    chunk_layers = max(1, job.arch.num_layers // ((layout.pp or 1) * layout.vpp))
+    chunk_layers = _smallest_chunk(job, layout)
     laid_out = job.with_layout(layout)
     dp = layout.dp or 1
     micros = space.micro_batches(job, dp) if "micro_batch" in allowed else \

@@ -32,6 +32,8 @@ def to_dict(est: Estimate) -> dict:
         "ranks": ranks,
         "peak": {"rank": est.stage_ranks(peak.pp_rank).start, "pp_rank": peak.pp_rank, "peak_bytes": peak.peak_bytes},
         "fits": est.fits,
+        "refused": [{"code": d.code, "message": d.message, "path": d.path, "line": d.line, "col": d.col}
+                    for d in est.refusals],
         "host_bytes_per_node": est.host_bytes_per_node(),
         "host_bytes_at_save": est.host_bytes_at_save(),
         "unmodelled": [_unmodelled(s, f, where) for f, where in s.unmodelled],

@@ -46,6 +46,11 @@ def header() -> list[str]:
 def verdict(est: Estimate) -> str:
     peak = est.peak_stage
     where = f"rank {est.stage_ranks(peak.pp_rank).start} (pipeline stage {peak.pp_rank}, {peak.phase})"
+    if est.refusals:
+        first = est.refusals[0]
+        more = f" (and {len(est.refusals) - 1} more: guard check lists them)" if len(est.refusals) > 1 else ""
+        return (f"WILL NOT START: {first.code} at {first.path}:{first.line}:{first.col}: {first.message}{more}; "
+                f"as written, its peak would be {gib(peak.peak_bytes)} GiB on {where}")
     if est.capacity is None:
         return f"peak {gib(peak.peak_bytes)} GiB on {where}; no GPU given (--gpu NAME or --gpu-memory SIZE)"
     margin = est.capacity - peak.peak_bytes

@@ -31,6 +31,11 @@ FAMILIES = (
     "memory",
 )
 
+# Families that judge a document as written (syntax, keys, values, "auto" placement, flags as a parser sees
+# them); every other one judges the job (guard/rules/context.py JUDGED_BY_JOB says which values it reads there).
+DOCUMENT_FAMILIES = frozenset({"general", "ds_syntax", "ds_keys", "ds_defaults", "ds_values", "ds_auto", "ds_classes",
+                               "accelerate", "mlm_args", "mlm_required", "launch"})
+
 _loaded = False
 
 

@@ -140,19 +140,10 @@ def config_file_with_fields(ctx: DsConfig) -> None:
                        help="remove it here and set it in the DeepSpeed config file")
 
 
-def _stage(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    text = value.strip() if isinstance(value, str) else ""
-    return int(text) if text.isdigit() and len(text) < 6 else None
-
-
 @check(ZERO3_NOT_SAVED, target="accelerate")
 def zero3_save(ctx: DsConfig) -> None:
     block = _block(ctx)
-    if block is None or _config_file(block) or _stage(block.get("zero_stage")) != 3:
+    if block is None or _config_file(block) or ctx.job.zero_stage != 3:
         return  # with a DeepSpeed JSON file the flag lives (and is judged) there
     value = block.get("zero3_save_16bit_model")
     if str(value).lower() == "true":  # launch.py passes str(value).lower() on to the plugin

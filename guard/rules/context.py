@@ -1,4 +1,5 @@
-"""What a check sees: the DeepSpeed config as DeepSpeed reads it, its origin and the judging context."""
+"""What a DeepSpeed rule sees: the config as written and as DeepSpeed reads it, the judging context, and the job
+read from it (the ZeRO stage, the batch and the world come from the job, read once)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from guard.rules.registry import Rule
 from guard.sources.document import Document, escape
 
 MISSING = object()
+# Keys whose values the job holds (guard/job/from_deepspeed.py reads them once): a job-level rule reads the job.
+JUDGED_BY_JOB = frozenset({("zero_optimization", "stage"), ("train_batch_size",), ("train_micro_batch_size_per_gpu",),
+                           ("gradient_accumulation_steps",)})
+
+
+class HeldValue(AssertionError):
+    """A job-level rule read, from the document, a value the job holds (a bug in the rule: read the job)."""
 
 
 @dataclass
@@ -25,8 +33,8 @@ class DsConfig:
     context_reason: str = ""
     version: tuple[int, ...] = (0,)
     version_text: str = ""
-    world_size: int | None = None
-    world_size_source: str = ""
+    job: Any = None  # guard.job.training_job.TrainingJob read from this config (its stage, batch, world)
+    strict: bool = False  # a job-level rule is running: values the job holds are read from it, not here
     # Who calls deepspeed.initialize: "deepspeed" (a plain script: DeepSpeed builds the optimizer from the
     # config), "megatron-deepspeed" (passes its own optimizer), "hf" (HF Trainer / accelerate).
     framework: str = "deepspeed"
@@ -37,6 +45,11 @@ class DsConfig:
 
     # -- reading values ----------------------------------------------------------------------
     def get(self, *path: str, default: Any = None) -> Any:
+        if self.strict and tuple(path) in JUDGED_BY_JOB:
+            raise HeldValue(f"{'.'.join(path)}: the job holds this value; a job-level rule reads it from the job")
+        return self._lookup(path, default)
+
+    def _lookup(self, path: tuple[str, ...], default: Any) -> Any:
         node: Any = self.data
         for token in path:
             if not isinstance(token, str):  # a default passed positionally would be read as a key
@@ -46,21 +59,17 @@ class DsConfig:
             node = node[token]
         return node
 
+    def written(self, *path: str, default: Any = None) -> Any:
+        """The value as written, for rules about the writing itself ("auto" left where the Trainer fills it)."""
+        return self._lookup(path, default)
+
     def has(self, *path: str) -> bool:
-        return self.get(*path, default=MISSING) is not MISSING
+        """Whether the key is written (a fact of the document, whoever holds its value)."""
+        return self._lookup(path, MISSING) is not MISSING
 
     def section(self, name: str) -> dict[str, Any]:
         value = self.data.get(name)
         return value if isinstance(value, dict) else {}
-
-    @property
-    def zero_stage(self) -> int:
-        """ZeRO stage as DeepSpeed reads it (the deprecated boolean form means stage 1 or 0)."""
-        zero = self.data.get("zero_optimization")
-        if isinstance(zero, bool):
-            return int(zero)
-        stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
-        return stage if isinstance(stage, int) and not isinstance(stage, bool) else 0
 
     @property
     def builds_optimizer(self) -> bool:

@@ -80,38 +80,39 @@ PINNED = rule(
 )
 
 
-def _int(ctx: DsConfig, key: str) -> int | None:
-    """A positive batch number; DeepSpeed's hjson reader turns an integral float (3.2e1) into an int."""
-    value = ctx.get(key)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+def _written(ctx: DsConfig) -> dict[str, int]:
+    """The batch keys the job read as positive numbers from this config (guard/job/from_deepspeed.py), by key."""
+    job = ctx.job
+    values = {TBS: ("global_batch", job.global_batch), MICRO: ("micro_batch", job.micro_batch),
+              GAS: ("num_microbatches", job.num_microbatches)}
+    return {key: value for key, (field, value) in values.items() if job.origin(field).kind == "key"}
 
 
 def _world(ctx: DsConfig) -> str:
-    return f"world_size({ctx.world_size})" if ctx.world_size else "world_size"
+    dp = ctx.job.layout.dp if ctx.job.origin("layout.world").kind != "default" else None
+    return f"world_size({dp})" if dp else "world_size"
 
 
 @check(TRIANGLE, FLOOR_DIVISION, NO_BATCH, PINNED)
 def triangle(ctx: DsConfig) -> None:
     if ctx.kind == "neox":
         return  # NeoX derives the batch keys from its own arguments before DeepSpeed sees them
-    tbs, micro, gas = _int(ctx, TBS), _int(ctx, MICRO), _int(ctx, GAS)
+    given = _written(ctx)
+    tbs, micro, gas = (given.get(k) for k in (TBS, MICRO, GAS))
     written = {k for k in (TBS, MICRO, GAS) if ctx.has(k)}
-    if written - {k for k, v in ((TBS, tbs), (MICRO, micro), (GAS, gas)) if v}:
+    if written - set(given):
         return  # "auto", strings, zero: owned by the auto and value rules
-    world = ctx.world_size
+    # DeepSpeed's world_size in the batch triangle is its data-parallel size; one only assumed is judged as unknown
+    world = ctx.job.layout.dp if ctx.job.origin("layout.world").kind != "default" else None
     if tbs and micro and gas:
         _all_three(ctx, tbs, micro, gas, world)
     elif tbs and micro:
-        _derive(ctx, TBS, MICRO, GAS, tbs, micro, world, lambda w: tbs // micro // w,
-                lambda d, w: micro * d * w)
+        _derive(ctx, MICRO, GAS, tbs, micro, world, lambda d, w: micro * d * w)
     elif tbs and gas:
-        _derive(ctx, TBS, GAS, MICRO, tbs, gas, world, lambda w: tbs // w // gas,
-                lambda d, w: d * gas * w)
+        _derive(ctx, GAS, MICRO, tbs, gas, world, lambda d, w: d * gas * w)
     elif tbs and not micro and not gas and not written - {TBS}:
         # only train_batch_size: DeepSpeed sets gas = 1 and micro = train_batch_size // W
-        _derive(ctx, TBS, GAS, MICRO, tbs, 1, world, lambda w: tbs // w, lambda d, w: d * w)
+        _derive(ctx, GAS, MICRO, tbs, 1, world, lambda d, w: d * w)
     elif not tbs and not micro and not ctx.is_hf and not (written & {TBS, MICRO}):
         ctx.report(NO_BATCH, (), "neither train_batch_size nor train_micro_batch_size_per_gpu is "
                    "given: 'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided'",
@@ -145,9 +146,10 @@ def _all_three(ctx: DsConfig, tbs: int, micro: int, gas: int, world: int | None)
                help="drop train_batch_size so DeepSpeed derives it for any GPU count", data={"dp": dp})
 
 
-def _derive(ctx: DsConfig, tbs_key: str, given: str, derived: str, tbs: int, value: int,
-            world: int | None, infer, product) -> None:
-    """Replay DeepSpeed's integer division for the missing key."""
+def _derive(ctx: DsConfig, given: str, derived: str, tbs: int, value: int, world: int | None, product) -> None:
+    """DeepSpeed's integer division for the missing key, as the job derived it (guard/job/deepspeed_values.py);
+    without a world, whether any world can make it whole. `product(d, w)`: the train batch size d and w give."""
+    tbs_key = TBS
     if world is None:
         if tbs % value:
             ctx.report(FLOOR_DIVISION, (tbs_key,), f"train_batch_size({tbs}) is not a multiple of "
@@ -155,7 +157,7 @@ def _derive(ctx: DsConfig, tbs_key: str, given: str, derived: str, tbs: int, val
                        f"{derived} inconsistent", at_value=True, related=_related(ctx, given),
                        help=f"make train_batch_size a multiple of {value}")
         return
-    result = infer(world)
+    result = ctx.job.num_microbatches if derived == GAS else ctx.job.micro_batch
     if result == 0:
         ctx.report(FLOOR_DIVISION, (tbs_key,), f"DeepSpeed derives {derived} = 0 from train_batch_size"
                    f"({tbs}), {given}({value}) and {_world(ctx)}: '{'Gradient accumulation steps' if derived == GAS else 'Micro batch size per gpu'}: 0 has to be greater than 0'",
@@ -171,7 +173,7 @@ def _derive(ctx: DsConfig, tbs_key: str, given: str, derived: str, tbs: int, val
 
 @check(HF_INCOMPLETE)
 def hf_incomplete(ctx: DsConfig) -> None:
-    if not ctx.is_hf or ctx.get(TBS) != "auto":
+    if not ctx.is_hf or ctx.written(TBS) != "auto":
         return
     missing = [k for k in (MICRO, GAS) if not ctx.has(k)]
     if missing:

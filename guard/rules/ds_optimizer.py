@@ -141,15 +141,15 @@ def optimizer_type(ctx: DsConfig) -> None:
     path = ("optimizer", "type")
     if written.lower() in ONEBIT:
         if ctx.version >= ONEBIT_REMOVED_IN:
-            also = f"; with ZeRO stage {ctx.zero_stage} older releases also fail: " \
-                   f"{ONEBIT[written.lower()]!r}" if ctx.zero_stage >= 1 else ""
+            also = f"; with ZeRO stage {ctx.job.zero_stage} older releases also fail: " \
+                   f"{ONEBIT[written.lower()]!r}" if ctx.job.zero_stage >= 1 else ""
             ctx.report(ONEBIT_REMOVED, path, f"{written!r} is not a supported DeepSpeed Optimizer: DeepSpeed "
                        f"0.19.8 removed 1-bit Adam, 0/1 Adam and 1-bit LAMB{also}",
                        help="use \"AdamW\" (or \"Lamb\"), or pin an older DeepSpeed without ZeRO",
                        at_value=True)
-        elif ctx.zero_stage >= 1:
+        elif ctx.job.zero_stage >= 1:
             ctx.report(ONEBIT_WITH_ZERO, path, f"{ONEBIT[written.lower()]}: {written!r} with ZeRO stage "
-                       f"{ctx.zero_stage}", help="disable ZeRO or use \"AdamW\"", at_value=True)
+                       f"{ctx.job.zero_stage}", help="disable ZeRO or use \"AdamW\"", at_value=True)
         return
     if written.lower() in table(data, "deepspeed_optimizers") or written in table(data, "torch_optimizers"):
         return
@@ -202,7 +202,7 @@ def lamb_loss_scale(ctx: DsConfig) -> None:
 
 @check(UNTESTED_ZERO)
 def untested_zero_optimizer(ctx: DsConfig) -> None:
-    if ctx.zero_stage < 1 or ctx.get("zero_allow_untested_optimizer") or not ctx.builds_optimizer:
+    if ctx.job.zero_stage < 1 or ctx.get("zero_allow_untested_optimizer") or not ctx.builds_optimizer:
         return  # DeepSpeed's assertion reads the flag's truthiness
     data = load_classes(ctx.version)
     resolved = resolve_optimizer(ctx, data) if data else None
@@ -215,7 +215,7 @@ def untested_zero_optimizer(ctx: DsConfig) -> None:
     cls = class_names(builds)
     ctx.report(UNTESTED_ZERO, ("optimizer", "type"),
                f"You are using an untested ZeRO Optimizer: {name!r} builds {cls}, which is not in "
-               f"DeepSpeed's ZeRO-supported list (ZeRO stage {ctx.zero_stage})",
+               f"DeepSpeed's ZeRO-supported list (ZeRO stage {ctx.job.zero_stage})",
                help='add "zero_allow_untested_optimizer": true, or use "AdamW"', at_value=True)
 
 
@@ -244,7 +244,7 @@ def client_optimizer(ctx: DsConfig) -> None:
     # megatron-deepspeed: the command's --cpu-optimizer decides, which MDS006 judges.
     if ctx.framework != "deepspeed" or ctx.offload_device("offload_optimizer") not in ("cpu", "nvme"):
         return
-    if ctx.zero_stage == 0 or "optimizer" in ctx.data or \
+    if ctx.job.zero_stage == 0 or "optimizer" in ctx.data or \
             not flag(ctx.get("zero_force_ds_cpu_optimizer"), True, pydantic=False):
         return
     key = ctx.written_key(ZERO, "offload_optimizer")

@@ -132,7 +132,7 @@ def loss_scale(ctx: DsConfig) -> None:
 
 @check(MASTER_WEIGHTS)
 def master_weights(ctx: DsConfig) -> None:
-    stage = ctx.zero_stage
+    stage = ctx.job.zero_stage
     bf = _bf16_block(ctx) or "bf16"
     flags = [(("fp16", "fp16_master_weights_and_grads"), "Fp16_master_weights_and_grads"),
              ((bf, "bf16_master_weights_and_grads"), "Bf16_master_weights_and_grads"),

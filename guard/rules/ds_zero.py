@@ -147,7 +147,7 @@ def _zero(ctx: DsConfig) -> dict[str, Any]:
 
 @check(PRESCALE)
 def prescale(ctx: DsConfig) -> None:
-    stage = ctx.zero_stage
+    stage = ctx.job.zero_stage
     if stage < 2 or not flag(_zero(ctx).get("reduce_scatter"), True):
         return
     if flag(ctx.get("prescale_gradients"), False, pydantic=False):
@@ -163,14 +163,14 @@ def prescale(ctx: DsConfig) -> None:
 @check(ALLREDUCE_SUM)
 def allreduce_sum(ctx: DsConfig) -> None:
     op = ctx.get("gradient_allreduce_op")
-    if ctx.zero_stage == 3 and isinstance(op, str) and op.strip().lower() == "sum":
+    if ctx.job.zero_stage == 3 and isinstance(op, str) and op.strip().lower() == "sum":
         ctx.report(ALLREDUCE_SUM, ("gradient_allreduce_op",), "gradient_allreduce_op='sum' is not "
                    "supported with ZeRO stage 3", at_value=True, help='use "mean" (the default)')
 
 
 @check(Z3_SAVE)
 def zero3_save(ctx: DsConfig) -> None:
-    if not ctx.is_hf or ctx.zero_stage != 3:
+    if not ctx.is_hf or ctx.job.zero_stage != 3:
         return
     zero = _zero(ctx)
     key = "stage3_gather_16bit_weights_on_model_save" if "stage3_gather_16bit_weights_on_model_save" in zero \
@@ -185,7 +185,7 @@ def zero3_save(ctx: DsConfig) -> None:
 
 @check(OFFLOAD_PARAM_IGNORED, NVME_PATH, PARTIAL_OFFLOAD)
 def offload(ctx: DsConfig) -> None:
-    zero, stage = _zero(ctx), ctx.zero_stage
+    zero, stage = _zero(ctx), ctx.job.zero_stage
     for block in ("offload_param", "offload_optimizer"):
         conf, device = zero.get(block), ctx.offload_device(block)
         if not isinstance(conf, dict):
@@ -216,9 +216,9 @@ def compute_grad_norm(ctx: DsConfig) -> None:
     if flag(zero.get("compute_grad_norm"), True):
         return
     at = (Z, "compute_grad_norm")
-    if ctx.zero_stage not in (1, 2):
+    if ctx.job.zero_stage not in (1, 2):
         ctx.report(GRAD_NORM, at, f"compute_grad_norm=false is supported only with ZeRO Stage 1 or 2 "
-                   f"(the stage is {ctx.zero_stage})", help="remove compute_grad_norm")
+                   f"(the stage is {ctx.job.zero_stage})", help="remove compute_grad_norm")
         return
     if ctx.offload_device("offload_optimizer") in ("cpu", "nvme"):
         ctx.report(GRAD_NORM, at, "zero_optimization.compute_grad_norm=false does not support "
@@ -232,19 +232,19 @@ def compute_grad_norm(ctx: DsConfig) -> None:
 
 @check(STAGE3_KEYS)
 def stage3_keys(ctx: DsConfig) -> None:
-    if ctx.zero_stage >= 3:
+    if ctx.job.zero_stage >= 3:
         return
     for key in _STAGE3_ONLY:
         if key in _zero(ctx):
             ctx.report(STAGE3_KEYS, (Z, key), f"'{key}' only applies to ZeRO stage 3; with stage "
-                       f"{ctx.zero_stage} it is ignored", help=f"remove '{key}'")
+                       f"{ctx.job.zero_stage} it is ignored", help=f"remove '{key}'")
 
 
 @check(MOE)
 def moe(ctx: DsConfig) -> None:
     if not isinstance(ctx.data.get("expert_parallel"), dict):
         return
-    zero, stage = _zero(ctx), ctx.zero_stage
+    zero, stage = _zero(ctx), ctx.job.zero_stage
     if stage == 2:
         for key in ("contiguous_gradients", "reduce_scatter"):
             if not flag(zero.get(key), True):
@@ -267,7 +267,7 @@ def moe(ctx: DsConfig) -> None:
 def managed_accumulation(ctx: DsConfig) -> None:
     if flag(ctx.get("managed_gradient_accumulation"), True, pydantic=False):
         return
-    stage = ctx.zero_stage
+    stage = ctx.job.zero_stage
     # overlap_comm defaults to true only for stage 3, which partitions gradients and passes.
     if stage < 2 and flag(_zero(ctx).get("overlap_comm"), False):
         ctx.report(MANAGED_GAS, ("managed_gradient_accumulation",), "managed_gradient_accumulation="

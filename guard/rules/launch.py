@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from guard.diagnostic import Span
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
     from guard.rules.megatron_context import MegatronCheck
 
 LAUNCHER_CONFLICT = rule(
@@ -96,21 +97,22 @@ SCRIPT_FINDINGS = {"syntax": SYNTAX, "source": SOURCE, "no-command": NO_COMMAND,
 
 
 @check(WORLD_CONFLICT, target="megatron")
-def world_conflict(job: MegatronCheck) -> None:
-    if job.world_conflict is None:
+def world_conflict(s: MegatronCheck) -> None:
+    overruled = s.job.overruled.get("layout.world")
+    if overruled is None:
         return
-    ours, label = job.world_conflict
-    token = job.world_token
-    job.report_at(WORLD_CONFLICT, token.span if token else job.anchor, None,
-                  f"{label} says {ours} ranks but the launcher starts {job.world_size} ({job.world_size_why}): "
-                  f"guard judges the launcher's {job.world_size}",
-                  help="fix the stale value, or pass --force-world-size to judge the job on your world size",
-                  path=(token.path or None) if token else None)
+    ours, given = overruled
+    world = s.job.origin("layout.world")
+    s.report_at(WORLD_CONFLICT, Span(world.line, world.col), None,
+                f"{given.label} says {ours} ranks but the launcher starts {s.job.layout.world} ({world.label}): "
+                f"guard judges the launcher's {s.job.layout.world}",
+                help="fix the stale value, or pass --force-world-size to judge the job on your world size",
+                path=world.path)
 
 
 @check(LAUNCHER_CONFLICT, LOCAL_RANK, target="megatron")
-def launcher(job: MegatronCheck) -> None:
-    launch = job.launch
+def launcher(s: MegatronCheck) -> None:
+    launch = s.cmd.launch
     if launch is None:
         return
     ds = launch.layer("deepspeed")
@@ -118,22 +120,22 @@ def launcher(job: MegatronCheck) -> None:
         include, exclude = ds.get("--include"), ds.get("--exclude")
         counts = ds.get("--num_gpus") or ds.get("--num_nodes")
         if include is not None and exclude is not None:
-            job.report_at(LAUNCHER_CONFLICT, exclude.span(), "--exclude",
+            s.report_at(LAUNCHER_CONFLICT, exclude.span(), "--exclude",
                           "deepspeed: include_str and exclude_str are mutually exclusive", path=exclude.path or None)
         elif counts is not None and (include is not None or exclude is not None):
-            job.report_at(LAUNCHER_CONFLICT, counts.span(), "--num_gpus",
+            s.report_at(LAUNCHER_CONFLICT, counts.span(), "--num_gpus",
                           "deepspeed: Cannot specify num_nodes/gpus with include/exclude", path=counts.path or None)
-        if ds.get("--no_local_rank") is None and job.table.get("--local_rank") is None:
-            job.report_at(LOCAL_RANK, ds.name.span(), None,
-                          f"the deepspeed launcher appends --local_rank=N, which Megatron {job.table.ref} "
+        if ds.get("--no_local_rank") is None and s.cmd.table.get("--local_rank") is None:
+            s.report_at(LOCAL_RANK, ds.name.span(), None,
+                          f"the deepspeed launcher appends --local_rank=N, which Megatron {s.cmd.table.ref} "
                           "does not define: every rank stops with 'unrecognized arguments'",
                           help="add --no_local_rank to the deepspeed launcher, or launch with torchrun",
                           path=ds.name.path or None)
     legacy = launch.layer("torch.distributed.launch")
     if legacy is not None and legacy.get("--use-env", "--use_env") is None and \
-            job.table.get("--local-rank") is None:
-        job.report_at(LOCAL_RANK, legacy.name.span(), None,
-                      f"torch.distributed.launch appends --local-rank=N, which Megatron {job.table.ref} "
+            s.cmd.table.get("--local-rank") is None:
+        s.report_at(LOCAL_RANK, legacy.name.span(), None,
+                      f"torch.distributed.launch appends --local-rank=N, which Megatron {s.cmd.table.ref} "
                       "does not define", help="add --use-env, or use torchrun", path=legacy.name.path or None)
     for kind in ("torchrun", "torch.distributed.launch"):
         layer = launch.layer(kind)
@@ -144,6 +146,6 @@ def launcher(job: MegatronCheck) -> None:
             if ok:
                 ok = int(low) > 0 and (not colon or int(low) <= int(high))
             if not ok:
-                job.report_at(LAUNCHER_CONFLICT, nnodes.span(), "--nnodes",
+                s.report_at(LAUNCHER_CONFLICT, nnodes.span(), "--nnodes",
                               f'{kind}: nnodes={nnodes.text} is not in "MIN:MAX" format (0 < MIN <= MAX)',
                               path=nnodes.path or None)

@@ -8,8 +8,8 @@ from guard.diagnostic import Related
 from guard.rules.context import flag
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
-    from guard.megatron.job import MegatronJob
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
+    from guard.rules.megatron_context import MegatronCheck
 
 ZERO_STAGE = rule(
     "MDS001", "zero-stage-mismatch", "error",
@@ -84,146 +84,150 @@ CLIENT_OFFLOAD = rule(
 )
 
 
-def _rel(job: MegatronJob, *path: str) -> list[Related]:
-    where = job.deepspeed_config.locate(*path) if job.deepspeed_config else None
+def _rel(s: MegatronCheck, *path: str) -> list[Related]:
+    where = s.cmd.deepspeed_config.locate(*path) if s.cmd.deepspeed_config else None
     if where is None:
         return []
     file, span = where
-    return [Related(f"{'.'.join(path)} in {job.deepspeed_config.label}", file, span)]
+    return [Related(f"{'.'.join(path)} in {s.cmd.deepspeed_config.label}", file, span)]
 
 
 @check(UNUSED, target="megatron")
-def deepspeed_flags(job: MegatronJob) -> None:
-    if job.flavour != "megatron-deepspeed":
+def deepspeed_flags(s: MegatronCheck) -> None:
+    cmd = s.cmd
+    if cmd.flavour != "megatron-deepspeed":
         return
-    has_config = job.given("deepspeed_config") or job.given("deepscale_config")
-    if has_config and job.v("deepspeed") is not True and job.v("deepscale") is not True:
-        job.report(UNUSED, "deepspeed_config", "--deepspeed_config without --deepspeed: Megatron-DeepSpeed "
-                   "does not use DeepSpeed and the config is ignored", help="add --deepspeed")
-    elif job.v("deepspeed") is True and not has_config:
-        job.report(UNUSED, "deepspeed", "--deepspeed without --deepspeed_config: DeepSpeed has no config "
-                   "to initialize with", help="add --deepspeed_config ds_config.json")
+    has_config = cmd.given("deepspeed_config") or cmd.given("deepscale_config")
+    on = s.job.framework == "megatron-deepspeed"  # the reader's: --deepspeed (or its default) is on
+    if has_config and not on and cmd.v("deepscale") is not True:
+        s.report(UNUSED, "deepspeed_config", "--deepspeed_config without --deepspeed: Megatron-DeepSpeed "
+                 "does not use DeepSpeed and the config is ignored", help="add --deepspeed")
+    elif on and not has_config:
+        s.report(UNUSED, "deepspeed", "--deepspeed without --deepspeed_config: DeepSpeed has no config "
+                 "to initialize with", help="add --deepspeed_config ds_config.json")
 
 
 @check(ZERO_STAGE, BATCH, PRECISION, ZERO_PIPELINE, CLIENT_OFFLOAD, target="megatron")
-def cross_check(job: MegatronJob) -> None:
-    ds = job.deepspeed_config
-    if job.flavour != "megatron-deepspeed" or job.v("deepspeed") is not True:
+def cross_check(s: MegatronCheck) -> None:
+    ds = s.cmd.deepspeed_config
+    if s.job.framework != "megatron-deepspeed":
         return
     if ds is None:
-        _flag_stage_with_pipeline(job)
+        _flag_stage_with_pipeline(s)
         return
+    # the job's stage is the config's when it writes one (guard/job/megatron_training.py reads it once)
+    stage = s.job.zero_stage if s.job.origin("zero_stage").kind == "key" else None
     zero = ds.data.get("zero_optimization")
-    stage = zero.get("stage", 0) if isinstance(zero, dict) else int(bool(zero))
-    if isinstance(stage, bool) or not isinstance(stage, int):
-        stage = None
-    _zero_stage(job, ds, stage)
-    _batch(job, ds)
-    _triangle(job, ds)
-    _precision(job, ds)
-    _zero_with_pipeline(job, ds, stage)
-    _client_offload(job, ds, zero)
+    _zero_stage(s, ds, stage)
+    _batch(s, ds)
+    _triangle(s, ds)
+    _precision(s, ds)
+    _zero_with_pipeline(s, ds, stage)
+    _client_offload(s, ds, zero)
 
 
-def _flag_stage_with_pipeline(job: MegatronJob) -> None:
+def _flag_stage_with_pipeline(s: MegatronCheck) -> None:
     """The JSON is not available: --zero-stage is the stage the script says it runs."""
-    stage = job.v("zero_stage")
-    if job.given("zero_stage") and isinstance(stage, (int, float)) and stage >= 2 and \
-            job.v("no_pipeline_parallel") is not True:
-        job.report(ZERO_PIPELINE, "zero_stage", f"--zero-stage {stage:g} with DeepSpeed's pipeline engine "
-                   "(no --no-pipeline-parallel): ZeRO-2 and ZeRO-3 are incompatible with pipeline "
-                   "parallelism", at_value=True,
-                   help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
+    stage = s.job.zero_stage
+    if s.cmd.given("zero_stage") and stage >= 2 and s.cmd.v("no_pipeline_parallel") is not True:
+        s.report(ZERO_PIPELINE, "zero_stage", f"--zero-stage {stage} with DeepSpeed's pipeline engine "
+                 "(no --no-pipeline-parallel): ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                 "parallelism", at_value=True,
+                 help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
 
 
-def _zero_stage(job: MegatronJob, ds, stage: int | None) -> None:
-    flag_stage = job.v("zero_stage")
+def _zero_stage(s: MegatronCheck, ds, stage: int | None) -> None:
+    """--zero-stage (as written, else Megatron-DeepSpeed's default) against the config's stage, which wins."""
+    written = s.cmd.written("zero_stage")
+    try:
+        flag_stage = float(written) if written else s.cmd.default("zero_stage")
+    except ValueError:
+        flag_stage = None
     if stage is not None and isinstance(flag_stage, (int, float)) and int(flag_stage) != stage and \
-            job.known("zero_stage"):
-        job.report(ZERO_STAGE, "zero_stage", f"--zero-stage {flag_stage:g} but the DeepSpeed config "
-                   f"({ds.label}) has zero_optimization.stage {stage}", at_value=job.given("zero_stage"),
-                   related=_rel(job, "zero_optimization", "stage"), help=f"use --zero-stage {stage}")
+            s.cmd.known("zero_stage"):
+        s.report(ZERO_STAGE, "zero_stage", f"--zero-stage {flag_stage:g} but the DeepSpeed config "
+                 f"({ds.label}) has zero_optimization.stage {stage}", at_value=s.cmd.given("zero_stage"),
+                 related=_rel(s, "zero_optimization", "stage"), help=f"use --zero-stage {stage}")
 
 
-def _batch(job: MegatronJob, ds) -> None:
+def _batch(s: MegatronCheck, ds) -> None:
     """The JSON's batch keys against Megatron's batch flags."""
-    for key, dest in (("train_batch_size", "global_batch_size"), ("train_micro_batch_size_per_gpu",
-                                                                   "micro_batch_size")):
-        value, mine = ds.data.get(key), job.int_(dest)
-        if isinstance(value, int) and not isinstance(value, bool) and mine is not None and value != mine:
-            job.report(BATCH, dest, f"{key} is {value} in the DeepSpeed config ({ds.label}) but "
-                       f"{job.option(dest)} is {mine}", at_value=True, related=_rel(job, key))
+    for key, dest, mine in (("train_batch_size", "global_batch_size", s.job.global_batch),
+                            ("train_micro_batch_size_per_gpu", "micro_batch_size", s.job.micro_batch)):
+        value = ds.data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and s.cmd.given(dest) and value != mine:
+            s.report(BATCH, dest, f"{key} is {value} in the DeepSpeed config ({ds.label}) but "
+                     f"{s.cmd.option(dest)} is {mine}", at_value=True, related=_rel(s, key))
 
 
-def _precision(job: MegatronJob, ds) -> None:
+def _precision(s: MegatronCheck, ds) -> None:
     """fp16 / bf16 enabled in the JSON and given as flags, or neither."""
     data = ds.data
     fp16 = isinstance(data.get("fp16"), dict) and flag(data["fp16"].get("enabled"), False)
     bf16 = (isinstance(data.get("bf16"), dict) and flag(data["bf16"].get("enabled"), False)) or (
         isinstance(data.get("bfloat16"), dict) and flag(data["bfloat16"].get("enabled"), False))
     for name, on_json, dest in (("fp16", fp16, "fp16"), ("bf16", bf16, "bf16")):
-        on_flag = job.v(dest) is True
+        on_flag = s.cmd.given(dest)
         if on_json != on_flag and (on_json or on_flag):
             if on_flag:
                 message = f"--{name} is given but {name}.enabled is not true in the DeepSpeed config ({ds.label})"
             else:
                 message = f"{name}.enabled is true in the DeepSpeed config ({ds.label}) but --{name} is not given"
-            job.report(PRECISION, dest if on_flag else ("bf16" if name == "bf16" else "fp16"), message,
-                       related=_rel(job, name, "enabled"))
+            s.report(PRECISION, dest, message, related=_rel(s, name, "enabled"))
 
 
-def _zero_with_pipeline(job: MegatronJob, ds, stage: int | None) -> None:
-    pipeline_engine = job.v("no_pipeline_parallel") is not True
+def _zero_with_pipeline(s: MegatronCheck, ds, stage: int | None) -> None:
+    pipeline_engine = s.cmd.v("no_pipeline_parallel") is not True
     if stage is not None and stage >= 2 and pipeline_engine:
-        job.report_at(ZERO_PIPELINE, job.flag_span("pipeline_model_parallel_size")
-                      if job.given("pipeline_model_parallel_size") else job.anchor,
-                      "--no-pipeline-parallel",
-                      f"ZeRO-{stage} (DeepSpeed config {ds.label}) with DeepSpeed's pipeline engine: "
-                      "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
-                      related=_rel(job, "zero_optimization", "stage"),
-                      help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
+        s.report_at(ZERO_PIPELINE, s.cmd.flag_span("pipeline_model_parallel_size")
+                    if s.cmd.given("pipeline_model_parallel_size") else s.cmd.anchor,
+                    "--no-pipeline-parallel",
+                    f"ZeRO-{stage} (DeepSpeed config {ds.label}) with DeepSpeed's pipeline engine: "
+                    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+                    related=_rel(s, "zero_optimization", "stage"),
+                    help="add --no-pipeline-parallel (needs PP 1), or use ZeRO stage 0/1")
 
 
-def _client_offload(job: MegatronJob, ds, zero) -> None:
+def _client_offload(s: MegatronCheck, ds, zero) -> None:
     """ZeRO-Offload of the optimizer with Megatron-DeepSpeed's own (client) optimizer.
 
     get_megatron_optimizer builds DeepSpeedCPUAdam only for --cpu-optimizer without --cpu_torch_adam
     (that one builds torch.optim.AdamW, which DeepSpeed's _configure_optimizer refuses as well).
     """
+    cmd = s.cmd
     zero = zero if isinstance(zero, dict) else {}
-    offload, key = zero.get("offload_optimizer"), "offload_optimizer"
-    device = offload.get("device") if isinstance(offload, dict) else None
-    if "offload_optimizer" not in zero and flag(zero.get("cpu_offload"), False):
-        device, key = "cpu", "cpu_offload"  # deprecated: DeepSpeed copies it into offload_optimizer on cpu
-    cpu_adam = job.v("cpu_optimizer") is True and job.v("cpu_torch_adam", False) is not True
+    key = "offload_optimizer" if "offload_optimizer" in zero else "cpu_offload"
+    device = s.job.offload_optimizer  # the reader's, deprecated cpu_offload included
+    cpu_adam = cmd.v("cpu_optimizer") is True and cmd.v("cpu_torch_adam", False) is not True
     if device in ("cpu", "nvme") and not cpu_adam and ds.data.get("zero_force_ds_cpu_optimizer", True) is not False:
-        given = "--cpu-optimizer --cpu_torch_adam (torch.optim.AdamW)" if job.v("cpu_optimizer") is True \
+        given = "--cpu-optimizer --cpu_torch_adam (torch.optim.AdamW)" if cmd.v("cpu_optimizer") is True \
             else "Megatron-DeepSpeed's own optimizer"
-        job.report_at(CLIENT_OFFLOAD, job.flag_span("deepspeed_config"), "--deepspeed_config",
-                      f"{key} (optimizer offload to {device!r}) with {given}: DeepSpeed refuses ZeRO-Offload "
-                      "with a client optimizer that is not DeepSpeedCPUAdam",
-                      related=_rel(job, "zero_optimization", *(key, "device")[:2 if key == "offload_optimizer" else 1]),
-                      help="add --cpu-optimizer" + (" and drop --cpu_torch_adam" if given[0] == "-" else ""))
+        s.report_at(CLIENT_OFFLOAD, cmd.flag_span("deepspeed_config"), "--deepspeed_config",
+                    f"{key} (optimizer offload to {device!r}) with {given}: DeepSpeed refuses ZeRO-Offload "
+                    "with a client optimizer that is not DeepSpeedCPUAdam",
+                    related=_rel(s, "zero_optimization", *(key, "device")[:2 if key == "offload_optimizer" else 1]),
+                    help="add --cpu-optimizer" + (" and drop --cpu_torch_adam" if given[0] == "-" else ""))
 
 
-def _triangle(job: MegatronJob, ds) -> None:
+def _triangle(s: MegatronCheck, ds) -> None:
     """DeepSpeed asserts its batch triangle at initialize with the data-parallel size of Megatron's grid."""
     data = ds.data
     values = [data.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                      "gradient_accumulation_steps")]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return
-    tp, pp = job.tp, job.pp
-    if job.world_size is None or not tp or not pp or job.world_size % (tp * pp):
+    lay = s.job.layout
+    tp, pp, world = lay.tp, lay.pp, lay.world
+    if world is None or not tp or not pp or world % (tp * pp):
         return
     # the pipeline engine's grid is world / (TP x PP); with --no-pipeline-parallel, Megatron's mpu
-    dp = job.dp if job.v("no_pipeline_parallel") is True else job.world_size // (tp * pp)
+    dp = lay.dp if s.cmd.v("no_pipeline_parallel") is True else world // (tp * pp)
     if dp is None:
         return
     tbs, micro, gas = values
     if tbs != micro * gas * dp:
-        job.report_at(BATCH, job.flag_span("deepspeed_config"), "--deepspeed_config",
-                      f"train_batch_size({tbs}) != micro({micro}) * gas({gas}) * data_parallel({dp}) in the "
-                      f"DeepSpeed config ({ds.label}); DeepSpeed asserts it at initialize "
-                      f"(data-parallel size = world {job.world_size} / (tp {tp} * pp {pp}))",
-                      related=_rel(job, "train_batch_size"))
+        s.report_at(BATCH, s.cmd.flag_span("deepspeed_config"), "--deepspeed_config",
+                    f"train_batch_size({tbs}) != micro({micro}) * gas({gas}) * data_parallel({dp}) in the "
+                    f"DeepSpeed config ({ds.label}); DeepSpeed asserts it at initialize "
+                    f"(data-parallel size = world {world} / (tp {tp} * pp {pp}))",
+                    related=_rel(s, "train_batch_size"))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
     from guard.rules.megatron_context import MegatronCheck
 
 PREDICTED_OOM = rule(
@@ -49,8 +49,8 @@ DRIVERS = {"activations": "micro_batch", "embedding_activations": "micro_batch",
 
 
 @check(PREDICTED_OOM, UNMODELLED, NOT_ESTIMATED, target="megatron")
-def predicted_oom(job: MegatronCheck) -> None:
-    if not (job.gpu or job.gpu_memory):
+def predicted_oom(s: MegatronCheck) -> None:
+    if not (s.gpu or s.gpu_memory):
         return
     from guard.diagnostic import Span
     from guard.job.training_job import IncompleteJob
@@ -58,17 +58,17 @@ def predicted_oom(job: MegatronCheck) -> None:
     from guard.memory.gpu_choice import choose_gpu
     from guard.units import gib
 
-    setup = job.job
+    setup = s.job
     try:
         setup.require()
     except IncompleteJob as err:
-        job.report_at(NOT_ESTIMATED, job.anchor, None, f"memory not estimated: {err}")
+        s.report_at(NOT_ESTIMATED, s.cmd.anchor, None, f"memory not estimated: {err}")
         return
-    result = estimate(setup, choose_gpu(job.gpu, job.gpu_memory))
+    result = estimate(setup, choose_gpu(s.gpu, s.gpu_memory))
     for feature, flag in setup.unmodelled:
         origin = setup.origins.get(f"unmodelled:{feature}")
-        span = Span(origin.line, origin.col) if origin else job.anchor
-        job.report_at(UNMODELLED, span, flag, f"memory of {feature} is not modelled: the estimate leaves it out",
+        span = Span(origin.line, origin.col) if origin else s.cmd.anchor
+        s.report_at(UNMODELLED, span, flag, f"memory of {feature} is not modelled: the estimate leaves it out",
                       path=origin.path if origin else None)
     over = [st for st in result.stages if st.peak_bytes > result.capacity]
     if not over:
@@ -79,7 +79,7 @@ def predicted_oom(job: MegatronCheck) -> None:
     ranks = ", ".join(_range(r) for r in _merged([result.stage_ranks(st.pp_rank) for st in over]))
     plural = "ranks" if len(over) > 1 or result.ranks_per_stage > 1 else "rank"
     gpu = f"a GPU with {gib(result.capacity)} GiB" if result.gpu.name == "custom" else result.gpu.name
-    job.report_at(PREDICTED_OOM, Span(origin.line, origin.col), origin.pointer,
+    s.report_at(PREDICTED_OOM, Span(origin.line, origin.col), origin.pointer,
                   f"predicted out of memory on {gpu}: {plural} {ranks} peak at {gib(worst.peak_bytes)} GiB "
                   f"(pipeline stage {worst.pp_rank}) of {gib(result.capacity)} GiB usable; largest term: "
                   f"{dominant} {gib(worst.components[dominant])} GiB",

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
-    from guard.megatron.job import MegatronJob
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
+    from guard.rules.megatron_context import MegatronCheck
 
 TP_ACROSS_NODES = rule(
     "MLM201", "tp-across-nodes", "warning",
@@ -71,61 +71,58 @@ WORLD_UNKNOWN = rule(
 
 
 @check(TP_ACROSS_NODES, target="megatron")
-def tp_across_nodes(job: MegatronJob) -> None:
-    tp, per_node = job.tp, job.gpus_per_node
-    if not tp or not per_node or tp == 1:
+def tp_across_nodes(s: MegatronCheck) -> None:
+    lay = s.job.layout
+    tp, per_node = lay.tp, lay.gpus_per_node
+    if not tp or tp == 1 or "layout.gpus_per_node" not in s.job.origins:  # the node size is not the default's
         return
     if tp > per_node or per_node % tp:
-        job.report(TP_ACROSS_NODES, "tensor_model_parallel_size",
-                   f"tensor_model_parallel_size {tp} does not fit in one node of {per_node} GPUs: "
-                   "tensor-parallel all-reduces cross the network", at_value=True,
-                   help=f"keep TP <= {per_node} (a divisor of it) and move the rest to pipeline parallelism")
+        s.report(TP_ACROSS_NODES, "tensor_model_parallel_size",
+                 f"tensor_model_parallel_size {tp} does not fit in one node of {per_node} GPUs: "
+                 "tensor-parallel all-reduces cross the network", at_value=True,
+                 help=f"keep TP <= {per_node} (a divisor of it) and move the rest to pipeline parallelism")
 
 
 @check(BUBBLE, INTERLEAVED, target="megatron")
-def microbatches(job: MegatronJob) -> None:
-    pp, m = job.pp, job.num_microbatches
+def microbatches(s: MegatronCheck) -> None:
+    job, cmd, lay = s.job, s.cmd, s.job.layout
+    pp, m = lay.pp, None if "batch" in job.missing else job.num_microbatches
     if not pp or pp <= 1 or not m:
         return
-    dest = "global_batch_size" if job.given("global_batch_size") else "micro_batch_size"
-    vpp = job.vpp
-    if vpp:
-        group = job.int_("microbatch_group_size_per_vp_stage") if \
-            "microbatch_group_size_per_vp_stage" in job.table.by_dest else None
-        group = group or pp
+    dest = "global_batch_size" if cmd.given("global_batch_size") else "micro_batch_size"
+    per_step = pp * job.micro_batch * (lay.dp or 1)
+    if lay.vpp > 1:
+        group = job.microbatch_group or pp
         if group > m or group < pp:
-            job.report(INTERLEAVED, dest, f"the interleaved schedule needs between PP={pp} and M={m} "
-                       f"contiguous microbatches per virtual stage, got {group} ({m} microbatches per step)",
-                       help=f"raise the global batch to at least {pp * (job.micro_batch or 1) * (job.dp or 1)}")
+            s.report(INTERLEAVED, dest, f"the interleaved schedule needs between PP={pp} and M={m} "
+                     f"contiguous microbatches per virtual stage, got {group} ({m} microbatches per step)",
+                     help=f"raise the global batch to at least {per_step}")
             return
         remainder = m % group
         if 0 < remainder < pp:
-            job.report(INTERLEAVED, dest, f"{m} microbatches leave a final group of {remainder} (< PP={pp}): "
-                       "megatron-core refuses the interleaved schedule",
-                       help=f"use a multiple of {group} microbatches")
+            s.report(INTERLEAVED, dest, f"{m} microbatches leave a final group of {remainder} (< PP={pp}): "
+                     "megatron-core refuses the interleaved schedule",
+                     help=f"use a multiple of {group} microbatches")
             return
     if m < pp:
         idle = (pp - 1) / (m + pp - 1)
-        job.report(BUBBLE, dest, f"{m} microbatch{'es' if m != 1 else ''} per step on {pp} pipeline stages: "
-                   f"about {idle:.0%} of each step is pipeline bubble", at_value=job.given(dest),
-                   help=f"use at least {pp} microbatches (global batch >= "
-                        f"{pp * (job.micro_batch or 1) * (job.dp or 1)})")
+        s.report(BUBBLE, dest, f"{m} microbatch{'es' if m != 1 else ''} per step on {pp} pipeline stages: "
+                 f"about {idle:.0%} of each step is pipeline bubble", at_value=cmd.given(dest),
+                 help=f"use at least {pp} microbatches (global batch >= {per_step})")
 
 
 @check(WORLD_UNKNOWN, target="megatron")
-def world_unknown(job: MegatronJob) -> None:
-    if job.world_size is not None:
+def world_unknown(s: MegatronCheck) -> None:
+    if s.job.layout.world is not None:
         return
-    why = f" ({job.world_size_why})" if job.world_size_why else ""
-    job.report_at(WORLD_UNKNOWN, job.anchor, None,
-                  f"world size unknown{why}: world-size divisibility, data-parallel batch and expert-group "
-                  "checks were skipped", help="pass --world-size N to check them")
+    s.report_at(WORLD_UNKNOWN, s.cmd.anchor, None,
+                f"{s.job.missing.get('world_size', 'the world size is unknown')}; world-size divisibility, "
+                "data-parallel batch and expert-group checks were skipped", help="pass --world-size N to check them")
 
 
 @check(RECOMPUTE_IGNORED, target="megatron")
-def recompute_ignored(job: MegatronJob) -> None:
-    method = job.v("recompute_method")
-    if method is not None and job.v("recompute_granularity") is None and job.v("recompute_activations") is not True \
-            and job.known("recompute_granularity"):
-        job.report(RECOMPUTE_IGNORED, "recompute_method", "--recompute-method without --recompute-granularity is "
-                   "ignored: nothing is recomputed", help="add --recompute-granularity full")
+def recompute_ignored(s: MegatronCheck) -> None:
+    cmd = s.cmd
+    if cmd.given("recompute_method") and s.job.recompute == "none" and cmd.known("recompute_granularity"):
+        s.report(RECOMPUTE_IGNORED, "recompute_method", "--recompute-method without --recompute-granularity is "
+                 "ignored: nothing is recomputed", help="add --recompute-granularity full")

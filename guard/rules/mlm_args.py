@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from guard.megatron import flag_table
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
-    from guard.megatron.job import MegatronJob
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
+    from guard.rules.megatron_context import MegatronCheck
 
 UNKNOWN = rule(
     "MLM001", "unknown-flag", "error",
@@ -148,113 +148,113 @@ UNRESOLVED = rule(
 
 
 @check(UNKNOWN, UNKNOWN_CUSTOM, MISSING_VALUE, BAD_VALUE, VALUE_TO_SWITCH, STRAY, UNRESOLVED, target="megatron")
-def parse_problems(job: MegatronJob) -> None:
-    others = [t for t in flag_table.available() if t != job.table.ref]
-    switch_ids = {id(o.option) for o in job.args.occurrences if not o.flag.takes_value}
-    tokens = job.args.tokens
+def parse_problems(s: MegatronCheck) -> None:
+    others = [t for t in flag_table.available() if t != s.cmd.table.ref]
+    switch_ids = {id(o.option) for o in s.cmd.args.occurrences if not o.flag.takes_value}
+    tokens = s.cmd.args.tokens
     # a stray word right after a switch is a value meant for it (`--bf16 true`)
     after_switch = {id(tokens[i + 1]): tok.text for i, tok in enumerate(tokens[:-1]) if id(tok) in switch_ids}
     custom: list[str] = []  # flags upstream lacks, given to a program it does not know
-    for problem in job.args.problems:
+    for problem in s.cmd.args.problems:
         tok = problem.token
         if problem.kind == "unknown":
             name = tok.text.split("=")[0]
             where = [t for t in others if flag_table.load(t).get(name) is not None]
-            message = f"unrecognized argument {name!r} for Megatron {job.table.ref}"
+            message = f"unrecognized argument {name!r} for Megatron {s.cmd.table.ref}"
             if where:
                 message += f" (it exists in {', '.join(where)})"
             hint = f"did you mean {problem.suggestion!r}?" if problem.suggestion else None
             if where and hint is None:  # the script may run that fork under an upstream program name
                 hint = f"if the script runs that fork: --megatron-version {where[0]} (or --megatron-source CHECKOUT)"
-            if job.table.knows_program(job.program):
-                job.report_at(UNKNOWN, tok.span, name, message, help=hint, path=tok.path or None)
+            if s.cmd.table.knows_program(s.cmd.program):
+                s.report_at(UNKNOWN, tok.span, name, message, help=hint, path=tok.path or None)
             else:
                 custom.append(name + (f" ({hint})" if hint else ""))
         elif problem.kind == "missing-value":
-            job.report_at(MISSING_VALUE, tok.span, tok.text, problem.message, path=tok.path or None)
+            s.report_at(MISSING_VALUE, tok.span, tok.text, problem.message, path=tok.path or None)
         elif problem.kind in ("bad-type", "bad-choice"):
             hint = None
             if problem.flag is not None and problem.flag.choices:
                 folded = {str(c).lower(): c for c in problem.flag.choices}
                 match = folded.get(tok.text.lower())
                 hint = f"Megatron spells it {match!r}" if match is not None else None
-            job.report_at(BAD_VALUE, tok.span, problem.flag.name if problem.flag else None,
+            s.report_at(BAD_VALUE, tok.span, problem.flag.name if problem.flag else None,
                           problem.message, help=hint, path=tok.path or None)
         elif problem.kind == "extra-value":
-            job.report_at(VALUE_TO_SWITCH, tok.span, tok.text.split("=")[0], problem.message,
+            s.report_at(VALUE_TO_SWITCH, tok.span, tok.text.split("=")[0], problem.message,
                           help=f"write {tok.text.split('=')[0]} alone, or leave it out to keep the default",
                           path=tok.path or None)
         elif problem.kind == "stray":
             switch = after_switch.get(id(tok))
             if switch is not None:
-                job.report_at(VALUE_TO_SWITCH, tok.span, switch,
+                s.report_at(VALUE_TO_SWITCH, tok.span, switch,
                               f"{switch} takes no value: {tok.describe()!r} becomes an unrecognized "
                               "argument", help=f"write {switch} alone, or leave it out",
                               path=tok.path or None)
             else:
-                job.report_at(STRAY, tok.span, None, problem.message, path=tok.path or None)
+                s.report_at(STRAY, tok.span, None, problem.message, path=tok.path or None)
         elif problem.kind == "unresolved":
-            job.report_at(UNRESOLVED, tok.span, None, f"{tok.describe()!r} is not known statically; "
+            s.report_at(UNRESOLVED, tok.span, None, f"{tok.describe()!r} is not known statically; "
                           "flags it may hold are not checked", path=tok.path or None)
-    if not job.table.knows_program(job.program):
-        _unknown_program(job, custom)
-    elif job.fork_flags:
-        _fork_by_flags(job)
-    for occ in job.args.occurrences:
+    if not s.cmd.table.knows_program(s.cmd.program):
+        _unknown_program(s, custom)
+    elif s.cmd.fork_flags:
+        _fork_by_flags(s)
+    for occ in s.cmd.args.occurrences:
         if occ.flag.type not in ("int", "float", "bool") and not occ.flag.choices:
             continue  # paths and names: nothing guard checks depends on them
         for tok in occ.values:
             if not tok.resolved:
-                job.report_at(UNRESOLVED, tok.span, occ.option.text,
+                s.report_at(UNRESOLVED, tok.span, occ.option.text,
                               f"{occ.option.text} {tok.describe()}: the value is not known statically; "
                               "checks that need it are skipped", path=tok.path or None)
 
 
-def _unknown_program(job: MegatronJob, flags: list[str]) -> None:
+def _unknown_program(s: MegatronCheck, flags: list[str]) -> None:
     """One info per command: the program is not upstream's, and the flags upstream does not define."""
-    program = job.launch.program if job.launch is not None else None
-    span = program.span() if program is not None else job.anchor
-    listed = f"; flags Megatron {job.table.ref} does not define (it may): {', '.join(flags)}" if flags else ""
-    forks = [ref for ref in flag_table.available() if ref != job.table.ref and
-             flag_table.load(ref).knows_program(job.program) and job.program.endswith(tuple(
+    program = s.cmd.launch.program if s.cmd.launch is not None else None
+    span = program.span() if program is not None else s.cmd.anchor
+    listed = f"; flags Megatron {s.cmd.table.ref} does not define (it may): {', '.join(flags)}" if flags else ""
+    forks = [ref for ref in flag_table.available() if ref != s.cmd.table.ref and
+             flag_table.load(ref).knows_program(s.cmd.program) and s.cmd.program.endswith(tuple(
                  flag_table.load(ref).data.get("programs", [])))]
     vendored = f"; or --megatron-version {' / '.join(forks)}, a vendored table that runs it" if forks else ""
-    job.report_at(UNKNOWN_CUSTOM, span, None,
-                  f"{job.program} is not an entry point of Megatron {job.table.ref}: upstream's judgements "
+    s.report_at(UNKNOWN_CUSTOM, span, None,
+                  f"{s.cmd.program} is not an entry point of Megatron {s.cmd.table.ref}: upstream's judgements "
                   f"of this command are shown as info{listed}",
                   help="give the checkout it runs: --megatron-source PATH (or [tool.guard] megatron-source) "
                        f"judges it by its own flags, choices and defaults{vendored}")
 
 
-def _fork_by_flags(job: MegatronJob) -> None:
+def _fork_by_flags(s: MegatronCheck) -> None:
     """One info per command: judged with a vendored fork's table because of flags only that fork defines."""
-    program = job.launch.program if job.launch is not None else None
-    job.report_at(UNKNOWN_CUSTOM, program.span() if program is not None else job.anchor, None,
-                  f"judged with Megatron {job.table.ref} ({job.table.source['repo']}): "
-                  f"{', '.join(job.fork_flags)} {'is' if len(job.fork_flags) == 1 else 'are'} defined by that fork "
+    program = s.cmd.launch.program if s.cmd.launch is not None else None
+    s.report_at(UNKNOWN_CUSTOM, program.span() if program is not None else s.cmd.anchor, None,
+                  f"judged with Megatron {s.cmd.table.ref} ({s.cmd.table.source['repo']}): "
+                  f"{', '.join(s.cmd.fork_flags)} {'is' if len(s.cmd.fork_flags) == 1 else 'are'} defined by that fork "
                   "alone, so the command runs it under an upstream program name",
                   help="if it runs another checkout: --megatron-source PATH or --megatron-version REF")
 
 
 @check(DEPRECATED, REMOVED, REPEATED, BOOL_TYPE, target="megatron")
-def flag_usage(job: MegatronJob) -> None:
+def flag_usage(s: MegatronCheck) -> None:
     seen: dict[str, list] = {}
-    for occ in job.args.occurrences:
+    for occ in s.cmd.args.occurrences:
         name = occ.option.text.split("=")[0]
         fact = occ.flag.deprecated
         if fact:
             message = fact["message"]
             if fact.get("removed"):
-                job.report_at(REMOVED, occ.option.span, name, f"{name}: {message}",
+                s.report_at(REMOVED, occ.option.span, name, f"{name}: {message}",
                               help=f"use {fact['replacement']}" if fact.get("replacement") else None,
                               path=occ.option.path or None)
             else:
-                job.report_at(DEPRECATED, occ.option.span, name, f"{name} is deprecated: {message}",
+                s.report_at(DEPRECATED, occ.option.span, name, f"{name} is deprecated: {message}",
                               help=f"use {fact['replacement']}" if fact.get("replacement") else None,
                               path=occ.option.path or None)
         if occ.flag.type == "bool" and occ.values and occ.values[0].resolved and \
                 occ.values[0].text.strip().lower() in ("false", "0", "no", "off", "none"):
-            job.report_at(BOOL_TYPE, occ.values[0].span, name,
+            s.report_at(BOOL_TYPE, occ.values[0].span, name,
                           f"{name} {occ.values[0].text}: the flag has type=bool, so argparse stores "
                           f"bool({occ.values[0].text!r}) = True", help=f"leave {name} out to keep it off",
                           path=occ.values[0].path or None)
@@ -264,7 +264,7 @@ def flag_usage(job: MegatronJob) -> None:
         values = {repr(o.value) for o in occs}
         if len(occs) > 1 and len(values) > 1:
             first, last = occs[0], occs[-1]
-            job.report_at(REPEATED, first.option.span, first.option.text.split("=")[0],
+            s.report_at(REPEATED, first.option.span, first.option.text.split("=")[0],
                           f"{first.option.text.split('=')[0]} is given {len(occs)} times with different "
                           f"values; argparse keeps the last ({_show(last)})",
                           help="remove the earlier occurrence", path=first.option.path or None)

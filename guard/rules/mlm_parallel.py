@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
-    from guard.megatron.job import MegatronJob
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
+    from guard.rules.megatron_context import MegatronCheck
 
 WORLD = rule(
     "MLM101", "world-size-not-divisible", "error",
@@ -78,100 +78,89 @@ EP_TP_SP = rule(
 
 
 @check(WORLD, target="megatron")
-def world_size(job: MegatronJob) -> None:
-    if job.world_size is None:
+def world_size(s: MegatronCheck) -> None:
+    lay, cmd = s.job.layout, s.cmd
+    if lay.world is None or lay.model_parallel is None:
         return
-    tp, pp, cp, sp = job.tp, job.pp, job.cp, job.ds_sp
-    if None in (tp, pp, cp, sp):
-        return
-    if job.flavour == "megatron-deepspeed":
-        # Megatron-DeepSpeed clamps TP and PP to the world instead of failing
-        tp = min(tp, job.world_size)
-        pp = min(pp, max(job.world_size // tp, 1))
-    factors = [("tp", tp, "tensor_model_parallel_size"), ("pp", pp, "pipeline_model_parallel_size")]
-    if job.flavour == "megatron-deepspeed":
-        factors.append(("sp", sp, "ds_sequence_parallel_size"))
+    factors = [("tp", lay.tp, "tensor_model_parallel_size"), ("pp", lay.pp, "pipeline_model_parallel_size")]
+    if cmd.flavour == "megatron-deepspeed":
+        factors.append(("sp", lay.ulysses, "ds_sequence_parallel_size"))
     else:
-        factors.append(("cp", cp, "context_parallel_size"))
-    size = 1
-    for _, value, _ in factors:
-        size *= value
-    if job.world_size % size == 0:
+        factors.append(("cp", lay.cp, "context_parallel_size"))
+    if lay.world % lay.model_parallel == 0:
         return
     shown = " * ".join(f"{name}({value})" for name, value, _ in factors)
     biggest = max(factors, key=lambda f: f[1])
-    job.report(WORLD, biggest[2], f"{shown} = {size} does not divide world size {job.world_size} "
-               f"({job.world_size_why})", at_value=job.given(biggest[2]),
-               help=f"choose sizes whose product divides {job.world_size}, or change the launcher",
-               related=[job.related(d, f"{n}={v}") for n, v, d in factors if job.given(d) and d != biggest[2]])
+    s.report(WORLD, biggest[2], f"{shown} = {lay.model_parallel} does not divide world size {lay.world} "
+             f"({s.job.origin('layout.world').label})", at_value=cmd.given(biggest[2]),
+             help=f"choose sizes whose product divides {lay.world}, or change the launcher",
+             related=[cmd.related(d, f"{n}={v}") for n, v, d in factors if cmd.given(d) and d != biggest[2]])
 
 
 @check(MOE, EP_TP_SP, target="megatron")
-def experts(job: MegatronJob) -> None:
-    if "expert_model_parallel_size" not in job.table.by_dest:
+def experts(s: MegatronCheck) -> None:
+    cmd, job, lay = s.cmd, s.job, s.job.layout
+    if "expert_model_parallel_size" not in cmd.table.by_dest or lay.ep is None:
         return
-    ep = job.int_("expert_model_parallel_size", 1)
-    experts = job.int_("num_experts")
-    if ep is None:
-        return
-    if ep > 1 and not experts and job.known("num_experts"):
-        job.report(MOE, "expert_model_parallel_size", "num_experts must be non None to use expert model "
-                   "parallelism", help="add --num-experts")
+    ep = lay.ep
+    experts = job.arch.num_experts if job.arch else None
+    if ep > 1 and not experts and job.arch is not None:
+        s.report(MOE, "expert_model_parallel_size", "num_experts must be non None to use expert model "
+                 "parallelism", help="add --num-experts")
         return
     if experts and ep > 1 and experts % ep:
-        job.report(MOE, "expert_model_parallel_size", f"num_experts ({experts}) is not a multiple of "
-                   f"expert_model_parallel_size ({ep})", at_value=True)
+        s.report(MOE, "expert_model_parallel_size", f"num_experts ({experts}) is not a multiple of "
+                 f"expert_model_parallel_size ({ep})", at_value=True)
         return
-    etp = job.int_("expert_tensor_parallel_size") if job.given("expert_tensor_parallel_size") else job.tp
-    if experts and etp and etp > 1 and job.v("add_bias_linear", True) is not False and \
-            job.known("add_bias_linear"):
-        where = "expert_tensor_parallel_size" if job.given("expert_tensor_parallel_size") else "num_experts"
-        job.report(MOE, where, f"Bias in MoE is only supported when ETP==1: expert_tensor_parallel_size is {etp}"
-                   f"{'' if job.given('expert_tensor_parallel_size') else ' (it defaults to TP)'} and linear "
-                   "layers have biases", help="add --disable-bias-linear, or --expert-tensor-parallel-size 1")
-    if job.world_size and etp and job.pp and ep > 1 and job.world_size % (etp * ep * job.pp):
-        size = etp * ep * job.pp
-        job.report(MOE, "expert_model_parallel_size",
-                   f"etp({etp}) * ep({ep}) * pp({job.pp}) = {size} does not divide world size "
-                   f"{job.world_size} ({job.world_size_why})", at_value=True,
-                   help="experts are carved out of the data-parallel ranks: lower EP or PP, or add GPUs")
-    if ep > 1 and job.tp and job.tp > 1 and job.v("sequence_parallel") is not True and \
-            job.known("sequence_parallel"):
-        job.report(EP_TP_SP, "expert_model_parallel_size", "expert parallelism with tensor parallelism "
-                   "needs --sequence-parallel", help="add --sequence-parallel")
+    etp = lay.expert_tp
+    if experts and etp and etp > 1 and job.arch.linear_bias:
+        given = cmd.given("expert_tensor_parallel_size")
+        s.report(MOE, "expert_tensor_parallel_size" if given else "num_experts", f"Bias in MoE is only supported "
+                 f"when ETP==1: expert_tensor_parallel_size is {etp}{'' if given else ' (it defaults to TP)'} and "
+                 "linear layers have biases", help="add --disable-bias-linear, or --expert-tensor-parallel-size 1")
+    if lay.world and etp and lay.pp and ep > 1 and lay.world % (etp * ep * lay.pp):
+        size = etp * ep * lay.pp
+        s.report(MOE, "expert_model_parallel_size",
+                 f"etp({etp}) * ep({ep}) * pp({lay.pp}) = {size} does not divide world size "
+                 f"{lay.world} ({job.origin('layout.world').label})", at_value=True,
+                 help="experts are carved out of the data-parallel ranks: lower EP or PP, or add GPUs")
+    if ep > 1 and lay.tp and lay.tp > 1 and not lay.sequence_parallel and cmd.known("sequence_parallel"):
+        s.report(EP_TP_SP, "expert_model_parallel_size", "expert parallelism with tensor parallelism "
+                 "needs --sequence-parallel", help="add --sequence-parallel")
 
 
 @check(SP_WITHOUT_TP, target="megatron")
-def sequence_parallel(job: MegatronJob) -> None:
-    if job.v("sequence_parallel") is True and job.tp == 1:
-        job.report(SP_WITHOUT_TP, "sequence_parallel", "--sequence-parallel with tensor_model_parallel_size "
-                   "1: Megatron disables sequence parallelism", help="remove it, or use TP > 1")
+def sequence_parallel(s: MegatronCheck) -> None:
+    if s.cmd.given("sequence_parallel") and s.job.layout.tp == 1:
+        s.report(SP_WITHOUT_TP, "sequence_parallel", "--sequence-parallel with tensor_model_parallel_size "
+                 "1: Megatron disables sequence parallelism", help="remove it, or use TP > 1")
 
 
 @check(MAX_CONNECTIONS, target="megatron")
-def max_connections(job: MegatronJob) -> None:
-    if job.env is None:
+def max_connections(s: MegatronCheck) -> None:
+    cmd, lay = s.cmd, s.job.layout
+    if cmd.env is None:
         return  # a bare command line: the environment is not known
-    var = job.env_value("CUDA_DEVICE_MAX_CONNECTIONS")
+    var = cmd.env_value("CUDA_DEVICE_MAX_CONNECTIONS")
     if var is not None and var.value is None:
         return  # assigned from something unresolved
-    fsdp = job.v("use_torch_fsdp2") is True or job.v("use_megatron_fsdp") is True
+    fsdp = cmd.v("use_torch_fsdp2") is True or s.job.fsdp_sharding is not None
     if fsdp:
         if var is not None and var.value == "1":
-            job.report_at(MAX_CONNECTIONS, var.span, "CUDA_DEVICE_MAX_CONNECTIONS",
-                          "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset, got 1", path=var.path)
+            s.report_at(MAX_CONNECTIONS, var.span, "CUDA_DEVICE_MAX_CONNECTIONS",
+                        "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset, got 1", path=var.path)
         return
-    if "overlapped_distributed_optimizer" in job.table.by_dest and job.v("overlapped_distributed_optimizer") is True:
+    if "overlapped_distributed_optimizer" in cmd.table.by_dest and cmd.v("overlapped_distributed_optimizer") is True:
         return  # Megatron-LLaMA's validate_args skips the check with its overlapped optimizer (arguments.py:357)
-    if job.flavour == "megatron-deepspeed":
-        needs = job.v("sequence_parallel") is True and (job.tp or 1) > 1
+    if cmd.flavour == "megatron-deepspeed":
+        needs = lay.sequence_parallel
         reason = "sequence parallelism"
     else:
-        needs = (job.tp or 1) > 1 or (job.cp or 1) > 1
+        needs = (lay.tp or 1) > 1 or (lay.cp or 1) > 1
         reason = "tensor or context parallelism"
     if needs and (var is None or var.value != "1"):
         got = "it is not exported" if var is None else f"it is {var.value!r}"
-        dest = "tensor_model_parallel_size" if job.given("tensor_model_parallel_size") else "context_parallel_size"
-        job.report(MAX_CONNECTIONS, dest, f"{reason} requires CUDA_DEVICE_MAX_CONNECTIONS=1 in the "
-                   f"environment; {got}", help="add `export CUDA_DEVICE_MAX_CONNECTIONS=1` before the launch "
-                   "(Blackwell GPUs and newer are exempt)")
+        dest = "tensor_model_parallel_size" if cmd.given("tensor_model_parallel_size") else "context_parallel_size"
+        s.report(MAX_CONNECTIONS, dest, f"{reason} requires CUDA_DEVICE_MAX_CONNECTIONS=1 in the "
+                 f"environment; {got}", help="add `export CUDA_DEVICE_MAX_CONNECTIONS=1` before the launch "
+                 "(Blackwell GPUs and newer are exempt)")

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
-    from guard.megatron.job import MegatronJob
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
+    from guard.rules.megatron_context import MegatronCheck
 
 REQUIRED = rule(
     "MLM121", "required-flag-missing", "error",
@@ -30,25 +30,26 @@ _LOADED_BY_PROGRAM = {  # what the program fills in before validate_args asks (l
 
 
 @check(REQUIRED, target="megatron")
-def required(job: MegatronJob) -> None:
+def required(s: MegatronCheck) -> None:
     needed = ["num_layers", "hidden_size", "num_attention_heads", "micro_batch_size"]
-    if job.flavour != "megatron-deepspeed":
+    if s.cmd.flavour != "megatron-deepspeed":
         needed.insert(3, "max_position_embeddings")
-    if job.flavour != "megatron-deepspeed" and job.given("encoder_num_layers"):
+    if s.cmd.flavour != "megatron-deepspeed" and s.cmd.given("encoder_num_layers"):
         needed.remove("num_layers")
-    hybrid = job.given("hybrid_layer_pattern") or job.given("hybrid_override_pattern")
+    hybrid = s.cmd.given("hybrid_layer_pattern") or s.cmd.given("hybrid_override_pattern")
     if hybrid and "num_layers" in needed:
         needed.remove("num_layers")  # derived from the pattern
-    if job.flavour != "megatron-deepspeed" and not job.given("encoder_seq_length"):
+    if s.cmd.flavour != "megatron-deepspeed" and not s.cmd.given("encoder_seq_length"):
         needed.append("seq_length")  # validate_args: `assert args.encoder_seq_length is not None`
     for loads, flags in _LOADED_BY_PROGRAM.items():
-        if job.given(loads) and job.v(loads) not in (None, False):
+        if s.cmd.given(loads) and s.cmd.v(loads) not in (None, False):
             needed = [d for d in needed if d not in flags]
-    if any(p.kind == "unresolved" for p in job.args.problems):
+    if any(p.kind == "unresolved" for p in s.cmd.args.problems):
         return  # a word such as $EXTRA_ARGS that is not known statically may hold the flags (MLM010 says so)
-    missing = [d for d in needed if d in job.table.by_dest and job.v(d) is None and job.known(d)]
+    missing = [d for d in needed if d in s.cmd.table.by_dest and not s.cmd.given(d) and s.cmd.default(d) is None
+               and s.cmd.known(d)]
     if missing:
-        names = ", ".join(job.option(d) for d in missing)
-        job.report_at(REQUIRED, job.anchor, job.option(missing[0]),
+        names = ", ".join(s.cmd.option(d) for d in missing)
+        s.report_at(REQUIRED, s.cmd.anchor, s.cmd.option(missing[0]),
                       f"{names} {'is' if len(missing) == 1 else 'are'} required and not given "
                       f"({missing[0]} argument is None)")

@@ -1,14 +1,15 @@
-"""MLM102-MLM108, MLM112: the model's shape against the parallel degrees: heads, query groups, layers per stage."""
+"""MLM102-MLM108, MLM112, MLM114: the model's shape against the parallel degrees: heads, query groups, layers per
+stage, MoE layers."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from guard.megatron import derived
+from guard.job.architecture import MOE_PATTERN
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
-    from guard.megatron.job import MegatronJob
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
+    from guard.rules.megatron_context import MegatronCheck
 
 HEADS_TP = rule(
     "MLM102", "heads-not-divisible-by-tp", "error",
@@ -113,130 +114,74 @@ GROUPS_IGNORED = rule(
 
 
 @check(HEADS_TP, GROUPS_TP, HEADS_GROUPS, HIDDEN_HEADS, GROUPS_IGNORED, target="megatron")
-def attention_shape(job: MegatronJob) -> None:
-    heads, tp, hidden = job.heads, job.tp, job.hidden
+def attention_shape(s: MegatronCheck) -> None:
+    cmd, arch, tp = s.cmd, s.job.arch, s.job.layout.tp
+    if arch is None:
+        return
+    heads, hidden, groups = arch.heads, arch.hidden, arch.query_groups
     if heads and tp and heads % tp:
-        job.report(HEADS_TP, "num_attention_heads", f"num_attention_heads ({heads}) must be a multiple of "
-                   f"tensor_model_parallel_size ({tp})", at_value=True,
-                   related=[job.related("tensor_model_parallel_size", f"tp={tp}")])
-    gqa_dest = "num_key_value_heads" if job.flavour == "megatron-deepspeed" else "num_query_groups"
-    groups = job.query_groups
-    gqa_on = job.flavour == "megatron-deepspeed" and job.given("num_key_value_heads") or \
-        job.v("group_query_attention") is True
-    if gqa_on and groups and tp and job.flavour != "megatron-deepspeed" and groups % tp and tp % groups:
-        job.report(GROUPS_TP, gqa_dest, f"num_query_groups ({groups}) must be a multiple or divisor of "
-                   f"tensor_model_parallel_size ({tp})", at_value=True)
-    if gqa_on and groups and heads and heads % groups:
-        job.report(HEADS_GROUPS, gqa_dest, f"num_attention_heads ({heads}) is not a multiple of the "
-                   f"number of query groups ({groups})", at_value=True)
-    if hidden and heads and not job.given("kv_channels") and job.known("kv_channels") and hidden % heads:
-        job.report(HIDDEN_HEADS, "hidden_size", f"hidden_size ({hidden}) is not a multiple of "
-                   f"num_attention_heads ({heads}), and --kv-channels is not given",
-                   at_value=True, help="give --kv-channels, or a hidden size divisible by the heads")
-    if job.flavour != "megatron-deepspeed" and job.given("num_query_groups") and \
-            job.v("group_query_attention") is not True and job.known("group_query_attention"):
-        job.report(GROUPS_IGNORED, "num_query_groups", f"--num-query-groups {job.int_('num_query_groups')} "
-                   "is ignored without --group-query-attention: every head gets its own KV head",
-                   help="add --group-query-attention")
+        s.report(HEADS_TP, "num_attention_heads", f"num_attention_heads ({heads}) must be a multiple of "
+                 f"tensor_model_parallel_size ({tp})", at_value=True,
+                 related=[cmd.related("tensor_model_parallel_size", f"tp={tp}")])
+    mds = cmd.flavour == "megatron-deepspeed"
+    gqa_dest = "num_key_value_heads" if mds else "num_query_groups"
+    if groups != heads and groups and tp and not mds and groups % tp and tp % groups:
+        s.report(GROUPS_TP, gqa_dest, f"num_query_groups ({groups}) must be a multiple or divisor of "
+                 f"tensor_model_parallel_size ({tp})", at_value=True)
+    if groups and heads and heads % groups:
+        s.report(HEADS_GROUPS, gqa_dest, f"num_attention_heads ({heads}) is not a multiple of the "
+                 f"number of query groups ({groups})", at_value=True)
+    if hidden and heads and not cmd.given("kv_channels") and cmd.known("kv_channels") and hidden % heads:
+        s.report(HIDDEN_HEADS, "hidden_size", f"hidden_size ({hidden}) is not a multiple of "
+                 f"num_attention_heads ({heads}), and --kv-channels is not given",
+                 at_value=True, help="give --kv-channels, or a hidden size divisible by the heads")
+    written = cmd.written("num_query_groups")
+    if not mds and written and groups == heads and not cmd.given("group_query_attention") and \
+            cmd.known("group_query_attention"):
+        s.report(GROUPS_IGNORED, "num_query_groups", f"--num-query-groups {written} is ignored without "
+                 "--group-query-attention: every head gets its own KV head", help="add --group-query-attention")
+
+
+# where a split problem is reported: the flag of the layout field that decides it
+SPLIT_FLAGS = {"arch.num_layers": "num_layers", "layout.pp": "pipeline_model_parallel_size",
+               "layout.vpp": "num_virtual_stages_per_pipeline_rank",
+               "layout.virtual_layers": "num_layers_per_virtual_pipeline_stage",
+               "layout.layout_string": "pipeline_model_parallel_layout",
+               "layout.first_stage_layers": "decoder_first_pipeline_num_layers",
+               "layout.last_stage_layers": "decoder_last_pipeline_num_layers"}
+SPLIT_RULES = {"even": LAYERS_PP, "virtual": VIRTUAL, "uneven": UNEVEN}
 
 
 @check(LAYERS_PP, VIRTUAL, UNEVEN, target="megatron")
-def pipeline_layout(job: MegatronJob) -> None:
-    layers, pp = job.num_layers, job.pp
-    if layers is None or pp is None:
-        return
-    has = lambda d: d in job.table.by_dest and job.given(d)  # noqa: E731
-    first = job.int_("decoder_first_pipeline_num_layers") if has("decoder_first_pipeline_num_layers") else None
-    last = job.int_("decoder_last_pipeline_num_layers") if has("decoder_last_pipeline_num_layers") else None
-    emb = job.v("account_for_embedding_in_pipeline_split") is True
-    loss = job.v("account_for_loss_in_pipeline_split") is True
-    vpp_options = [d for d in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
-                               "pipeline_model_parallel_layout") if has(d)]
-    if has("hybrid_layer_pattern") or has("hybrid_override_pattern") or \
-            (has("pipeline_model_parallel_layout")):
-        return  # patterns and layout strings assign layers themselves
-    if len(vpp_options) > 1:
-        job.report(VIRTUAL, vpp_options[1], "no more than one of " + ", ".join(
-            job.option(d) for d in vpp_options) + " can be set")
-        return
-    if vpp_options:
-        _virtual(job, layers, pp, first, last, emb, loss)
-        return
-    if first is not None or last is not None:
-        _uneven(job, layers, pp, first, last, emb, loss)
-        return
-    total = layers + int(emb) + int(loss)
-    if total % pp:
-        extra = "".join([" + 1 (embedding)" if emb else "", " + 1 (loss)" if loss else ""])
-        job.report(LAYERS_PP, "num_layers", f"num_layers ({layers}{extra}) is not divisible by "
-                   f"pipeline_model_parallel_size ({pp})", at_value=True,
-                   related=[job.related("pipeline_model_parallel_size", f"pp={pp}")],
-                   help="use a pipeline size that divides the layers, or "
-                        "--decoder-first/last-pipeline-num-layers")
+def pipeline_layout(s: MegatronCheck) -> None:
+    """The job's one split (guard/job/stages.py) refused: what megatron-core says, at the flag that decides it."""
+    problem, cmd = s.job.stage_problem, s.cmd
+    if problem is None or cmd.given("hybrid_layer_pattern") or cmd.given("hybrid_override_pattern"):
+        return  # hybrid patterns assign layers themselves
+    dest = SPLIT_FLAGS.get(problem.field, "num_layers")
+    related = [cmd.related("pipeline_model_parallel_size", f"pp={s.job.layout.pp}")] if problem.kind == "even" \
+        and cmd.given("pipeline_model_parallel_size") and dest == "num_layers" else None
+    help = "use a pipeline size that divides the layers, or --decoder-first/last-pipeline-num-layers" \
+        if problem.kind == "even" else None
+    s.report(SPLIT_RULES[problem.kind], dest, str(problem), at_value=problem.at_value and cmd.given(dest),
+             related=related, help=help)
 
 
-def _virtual(job: MegatronJob, layers: int, pp: int, first, last, emb: bool, loss: bool) -> None:
-    per_virtual = job.int_("num_layers_per_virtual_pipeline_stage")
-    dest = "num_layers_per_virtual_pipeline_stage" if job.given("num_layers_per_virtual_pipeline_stage") \
-        else "num_virtual_stages_per_pipeline_rank"
-    overlap = job.v("overlap_p2p_comm", True) is not False
-    if pp <= 1 or (not overlap and pp <= 2):
-        need = 1 if overlap else 2
-        job.report(VIRTUAL, dest, f"an interleaved schedule needs pipeline_model_parallel_size > {need}, "
-                   f"got {pp}", help="drop the virtual-pipeline flag or raise the pipeline size")
-        return
-    if dest == "num_layers_per_virtual_pipeline_stage" and per_virtual:
-        if first is not None or last is not None:
-            job.report(VIRTUAL, dest, "uneven first/last stages need --num-virtual-stages-per-pipeline-rank, "
-                       "not --num-layers-per-virtual-pipeline-stage")
-            return
-        total = layers + int(emb) + int(loss)
-        if total % pp:
-            job.report(LAYERS_PP, "num_layers", f"num_layers ({total}) is not divisible by "
-                       f"pipeline_model_parallel_size ({pp})", at_value=True)
-        elif (total // pp) % per_virtual:
-            job.report(VIRTUAL, dest, f"layers per pipeline stage ({total // pp}) are not divisible by "
-                       f"layers per virtual stage ({per_virtual})", at_value=True)
-    elif dest == "num_virtual_stages_per_pipeline_rank":
-        vpp = job.int_(dest)
-        if vpp and first is None and last is None:
-            total = layers + int(emb) + int(loss)
-            if total % (pp * vpp):
-                job.report(VIRTUAL, dest, f"num_layers ({total}) is not divisible by pipeline size x virtual "
-                           f"stages ({pp} x {vpp} = {pp * vpp})", at_value=True)
+MOE_LAYERS = rule(
+    "MLM114", "moe-layer-freq-length", "error",
+    "A --moe-layer-freq list does not give one entry per layer.",
+    what="Checks that a list `--moe-layer-freq` (such as `[0]*3+[1]*29`) has `--num-layers` entries.",
+    why="megatron-core's get_gpt_decoder_block_layer_specs asserts `Invalid length of moe_layer_pattern: 4, "
+        "expected 2` while it builds the model; nothing says which layers were meant to be MoE.",
+    example="--num-layers 2 --num-experts 4 --moe-layer-freq [1]*4",
+    use_instead="--num-layers 4 --num-experts 4 --moe-layer-freq [1]*4",
+    references=("megatron/core/models/gpt/gpt_layer_specs.py: get_gpt_decoder_block_layer_specs",),
+)
 
 
-def _uneven(job: MegatronJob, layers: int, pp: int, first, last, emb: bool, loss: bool) -> None:
-    dest = "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers"
-    if emb or loss:
-        job.report(UNEVEN, dest, "--decoder-first/last-pipeline-num-layers cannot be combined with "
-                   "--account-for-embedding/loss-in-pipeline-split")
-        return
-    if pp == 1:
-        n = first if first is not None else last
-        job.report(UNEVEN, dest, f"{job.option(dest)} {n} with pipeline_model_parallel_size 1: there is "
-                   f"no other stage, and Megatron may build a {n}-layer model instead of {layers}")
-        return
-    for value, d in ((first, "decoder_first_pipeline_num_layers"), (last, "decoder_last_pipeline_num_layers")):
-        if value is not None and value <= 0:
-            job.report(UNEVEN, d, f"{job.option(d)} must be larger than 0, got {value}", at_value=True)
-            return
-    vpp = job.int_("num_virtual_stages_per_pipeline_rank") if \
-        "num_virtual_stages_per_pipeline_rank" in job.table.by_dest else None
-    stages = derived.stage_layers(layers, pp, first, last)
-    if stages is None:
-        middle = pp - (first is not None) - (last is not None)
-        remaining = layers - (first or 0) - (last or 0)
-        if remaining < 0:
-            message = f"the first/last stages take {(first or 0) + (last or 0)} layers, more than num_layers ({layers})"
-        elif bool(remaining) != bool(middle > 0):
-            message = f"Mismatch: {remaining} middle layers remaining but {max(middle, 0)} middle PP stages available"
-        else:
-            message = (f"{remaining} middle layers are not divisible by the {middle} middle pipeline stages "
-                       f"(num_layers {layers} - first {first or 0} - last {last or 0})")
-        job.report(UNEVEN, dest, message, at_value=True)
-        return
-    if vpp and vpp > 1 and any(s % vpp for s in stages):
-        job.report(UNEVEN, dest, f"stage layer counts {stages} must each be divisible by the "
-                   f"virtual pipeline degree {vpp}", at_value=True)
-
+@check(MOE_LAYERS, target="megatron")
+def moe_layers(s: MegatronCheck) -> None:
+    """The job could not lay its MoE layers out (guard/job/megatron_model.py): megatron-core's assertion."""
+    problem = s.job.missing.get(MOE_PATTERN)
+    if problem:
+        s.report(MOE_LAYERS, "moe_layer_freq", problem.split(": ", 1)[-1], at_value=True)

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from guard.rules.registry import check, rule
 
-if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron job
-    from guard.megatron.job import MegatronJob
+if TYPE_CHECKING:  # annotations only: a DeepSpeed-only check never imports the Megatron context
+    from guard.rules.megatron_context import MegatronCheck
 
 BATCH = rule(
     "MLM120", "global-batch-not-divisible", "error",
@@ -107,136 +107,139 @@ LR = rule(
 
 
 @check(BATCH, target="megatron")
-def batch(job: MegatronJob) -> None:
-    gbs, mbs, dp = job.int_("global_batch_size"), job.micro_batch, job.dp
-    if not (gbs and mbs and dp) or job.v("decrease_batch_size_if_needed") is True:
+def batch(s: MegatronCheck) -> None:
+    job, cmd = s.job, s.cmd
+    gbs, mbs, dp = job.global_batch, job.micro_batch, job.layout.dp
+    if not cmd.given("global_batch_size") or not (gbs and mbs and dp) or \
+            cmd.v("decrease_batch_size_if_needed") is True:
         return
     if gbs % (mbs * dp):
-        job.report(BATCH, "global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch "
-                   f"size ({mbs}) times data parallel size ({dp}) (dp = world {job.world_size} / "
-                   f"model parallel {job.model_parallel})", at_value=True,
-                   related=[job.related("micro_batch_size", f"micro batch {mbs}")],
-                   help=f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}")
+        s.report(BATCH, "global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch "
+                 f"size ({mbs}) times data parallel size ({dp}) (dp = world {job.layout.world} / "
+                 f"model parallel {job.layout.model_parallel})", at_value=True,
+                 related=[cmd.related("micro_batch_size", f"micro batch {mbs}")],
+                 help=f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}")
 
 
 @check(SEQ_POSITIONS, CP_SEQ, target="megatron")
-def sequence(job: MegatronJob) -> None:
-    seq, positions = job.int_("seq_length"), job.int_("max_position_embeddings")
+def sequence(s: MegatronCheck) -> None:
+    job, cmd = s.job, s.cmd
+    seq = job.seq_length if "sequence" not in job.missing else None
+    positions = job.arch.max_positions if job.arch is not None else None
     if seq and positions and positions < seq:
-        job.report(SEQ_POSITIONS, "max_position_embeddings", f"max_position_embeddings ({positions}) must be "
-                   f"greater than or equal to seq_length ({seq})", at_value=True,
-                   related=[job.related("seq_length", f"seq_length {seq}")])
-    cp = job.cp
+        s.report(SEQ_POSITIONS, "max_position_embeddings", f"max_position_embeddings ({positions}) must be "
+                 f"greater than or equal to seq_length ({seq})", at_value=True,
+                 related=[cmd.related("seq_length", f"seq_length {seq}")])
+    cp = job.layout.cp
     if seq and cp and cp > 1 and seq % (2 * cp):
-        job.report(CP_SEQ, "seq_length", f"seq_length ({seq}) is not a multiple of 2 * context_parallel_size "
-                   f"({2 * cp})", at_value=True)
+        s.report(CP_SEQ, "seq_length", f"seq_length ({seq}) is not a multiple of 2 * context_parallel_size "
+                 f"({2 * cp})", at_value=True)
 
 
 @check(RECOMPUTE, target="megatron")
-def recompute(job: MegatronJob) -> None:
-    granularity = job.v("recompute_granularity")
-    if job.v("recompute_activations") is True:
-        granularity = "selective"
-    method = job.v("recompute_method")
-    layers = job.v("recompute_num_layers")
+def recompute(s: MegatronCheck) -> None:
+    job, cmd = s.job, s.cmd
+    asked = cmd.given("recompute_granularity") or cmd.given("recompute_activations")
+    granularity = job.recompute if asked else None
+    method_given = cmd.given("recompute_method")
+    layers_unset = not cmd.given("recompute_num_layers") and cmd.default("recompute_num_layers") is None
     if granularity == "full":
-        if method is None and job.known("recompute_method"):
-            job.report(RECOMPUTE, "recompute_granularity", "Using recompute_granularity: full so "
-                       'recompute_method must be "block" or "uniform"', help="add --recompute-method uniform")
-        elif layers is None and job.known("recompute_num_layers") and \
-                "recompute_num_layers" in job.table.by_dest and job.flavour != "megatron-deepspeed":
-            job.report(RECOMPUTE, "recompute_granularity", "recompute_granularity full needs "
-                       "--recompute-num-layers (1 to the layers of one pipeline stage)",
-                       help="add --recompute-num-layers 1")
+        if not method_given and cmd.default("recompute_method") is None and cmd.known("recompute_method"):
+            s.report(RECOMPUTE, "recompute_granularity", "Using recompute_granularity: full so "
+                     'recompute_method must be "block" or "uniform"', help="add --recompute-method uniform")
+        elif layers_unset and cmd.known("recompute_num_layers") and \
+                "recompute_num_layers" in cmd.table.by_dest and cmd.flavour != "megatron-deepspeed":
+            s.report(RECOMPUTE, "recompute_granularity", "recompute_granularity full needs "
+                     "--recompute-num-layers (1 to the layers of one pipeline stage)",
+                     help="add --recompute-num-layers 1")
     elif granularity == "selective":
-        if method is not None:
-            job.report(RECOMPUTE, "recompute_method", "recompute method is not yet supported for selective "
-                       "recomputing granularity")
+        if method_given:
+            s.report(RECOMPUTE, "recompute_method", "recompute method is not yet supported for selective "
+                     "recomputing granularity")
         # written, not defaulted: a fork whose own default is 1 (bigcode's) never runs this check
-        elif layers is not None and job.given("recompute_num_layers") and job.flavour != "megatron-deepspeed":
-            job.report(RECOMPUTE, "recompute_num_layers", "with selective recompute, recompute_num_layers must "
-                       "be None")
-    if job.v("distribute_saved_activations") is True:
-        if (job.tp or 1) <= 1:
-            job.report(RECOMPUTE, "distribute_saved_activations", "can distribute recomputed activations only "
-                       "across tensor model parallel groups (TP is 1)")
+        elif cmd.given("recompute_num_layers") and cmd.flavour != "megatron-deepspeed":
+            s.report(RECOMPUTE, "recompute_num_layers", "with selective recompute, recompute_num_layers must "
+                     "be None")
+    if cmd.v("distribute_saved_activations") is True:
+        if (job.layout.tp or 1) <= 1:
+            s.report(RECOMPUTE, "distribute_saved_activations", "can distribute recomputed activations only "
+                     "across tensor model parallel groups (TP is 1)")
         elif granularity != "full":
-            job.report(RECOMPUTE, "distribute_saved_activations", "--distribute-saved-activations needs "
-                       "--recompute-granularity full")
-        elif job.v("sequence_parallel") is True and job.flavour != "megatron-deepspeed":
-            job.report(RECOMPUTE, "distribute_saved_activations", "distribute_saved_activations cannot be "
-                       "used with sequence parallelism")
+            s.report(RECOMPUTE, "distribute_saved_activations", "--distribute-saved-activations needs "
+                     "--recompute-granularity full")
+        elif job.layout.sequence_parallel and cmd.flavour != "megatron-deepspeed":
+            s.report(RECOMPUTE, "distribute_saved_activations", "distribute_saved_activations cannot be "
+                     "used with sequence parallelism")
 
 
 @check(PRECISION, target="megatron")
-def precision(job: MegatronJob) -> None:
-    fp16, bf16 = job.v("fp16") is True, job.v("bf16") is True
+def precision(s: MegatronCheck) -> None:
+    job, cmd = s.job, s.cmd
+    fp16, bf16 = cmd.given("fp16"), cmd.given("bf16")  # switches: written is on
     if fp16 and bf16:
-        job.report(PRECISION, "bf16", "--fp16 and --bf16 are mutually exclusive",
-                   related=[job.related("fp16", "--fp16 given here")])
-    if job.v("fp16_lm_cross_entropy") is True and not fp16:
-        job.report(PRECISION, "fp16_lm_cross_entropy", "lm cross entropy in fp16 only support in fp16 mode.")
-    if job.v("fp32_residual_connection") is True and not (fp16 or bf16):
-        job.report(PRECISION, "fp32_residual_connection", "residual connection in fp32 only supported when "
-                   "using fp16 or bf16.")
-    if job.v("fp8_param_gather") is True and not (
-            job.v("use_distributed_optimizer") is True or job.v("use_torch_fsdp2") is True
-            or job.v("use_megatron_fsdp") is True):
-        job.report(PRECISION, "fp8_param_gather", "--fp8-param-gather only supported with distributed "
-                   "optimizer, torch fsdp2, megatron fsdp, or inference mode",
-                   help="add --use-distributed-optimizer")
-    if job.v("fp4") is not None and "fp4" in job.table.by_dest and job.v("fp8") is not None and \
-            job.given("fp4") and job.given("fp8"):
-        job.report(PRECISION, "fp4", "--fp4-format and --fp8-format cannot be used simultaneously")
+        s.report(PRECISION, "bf16", "--fp16 and --bf16 are mutually exclusive",
+                 related=[cmd.related("fp16", "--fp16 given here")])
+    if cmd.v("fp16_lm_cross_entropy") is True and not fp16:
+        s.report(PRECISION, "fp16_lm_cross_entropy", "lm cross entropy in fp16 only support in fp16 mode.")
+    if cmd.v("fp32_residual_connection") is True and job.params_dtype == "fp32":
+        s.report(PRECISION, "fp32_residual_connection", "residual connection in fp32 only supported when "
+                 "using fp16 or bf16.")
+    if cmd.v("fp8_param_gather") is True and not (
+            job.distributed_optimizer or cmd.v("use_torch_fsdp2") is True or job.fsdp_sharding is not None):
+        s.report(PRECISION, "fp8_param_gather", "--fp8-param-gather only supported with distributed "
+                 "optimizer, torch fsdp2, megatron fsdp, or inference mode",
+                 help="add --use-distributed-optimizer")
+    if cmd.v("fp4") is not None and "fp4" in cmd.table.by_dest and cmd.v("fp8") is not None and \
+            cmd.given("fp4") and cmd.given("fp8"):
+        s.report(PRECISION, "fp4", "--fp4-format and --fp8-format cannot be used simultaneously")
 
 
 @check(OVERLAP, target="megatron")
-def overlap(job: MegatronJob) -> None:
-    if job.v("overlap_param_gather") is not True or job.flavour == "megatron-deepspeed":
+def overlap(s: MegatronCheck) -> None:
+    if s.cmd.v("overlap_param_gather") is not True or s.cmd.flavour == "megatron-deepspeed":
         return
-    sharded = job.v("use_distributed_optimizer") is True or job.v("use_megatron_fsdp") is True or \
-        job.v("optimizer") == "dist_muon"
+    sharded = s.job.distributed_optimizer or s.job.fsdp_sharding is not None
     if not sharded:
-        job.report(OVERLAP, "overlap_param_gather", "--overlap-param-gather only supported with distributed "
+        s.report(OVERLAP, "overlap_param_gather", "--overlap-param-gather only supported with distributed "
                    "optimizer, megatron fsdp, or dist_muon", help="add --use-distributed-optimizer")
-    elif job.v("overlap_grad_reduce") is not True:
-        job.report(OVERLAP, "overlap_param_gather", "Must use --overlap-param-gather with --overlap-grad-reduce",
+    elif s.cmd.v("overlap_grad_reduce") is not True:
+        s.report(OVERLAP, "overlap_param_gather", "Must use --overlap-param-gather with --overlap-grad-reduce",
                    help="add --overlap-grad-reduce")
 
 
 @check(SCHEDULE, LR, target="megatron")
-def schedule(job: MegatronJob) -> None:
-    if job.v("skip_train") is True:
+def schedule(s: MegatronCheck) -> None:
+    if s.cmd.v("skip_train") is True:
         return
-    given = lambda d: d in job.table.by_dest and job.given(d)  # noqa: E731
+    given = lambda d: d in s.cmd.table.by_dest and s.cmd.given(d)  # noqa: E731
     if given("train_iters"):
         for dest, what in (("train_samples", "iteration-based training"),
                            ("lr_decay_samples", "iteration-based learning rate decay"),
                            ("lr_warmup_samples", "iteration-based learning rate warmup")):
-            if given(dest) and job.v(dest) not in (None, 0):
-                job.report(SCHEDULE, dest, f"expected {what}: {job.option(dest)} given with --train-iters",
-                           related=[job.related("train_iters", "--train-iters given here")])
-        if given("lr_warmup_fraction") and given("lr_warmup_iters") and job.v("lr_warmup_iters"):
-            job.report(SCHEDULE, "lr_warmup_iters", "can only specify one of lr-warmup-fraction and lr-warmup-iters")
+            if given(dest) and s.cmd.v(dest) not in (None, 0):
+                s.report(SCHEDULE, dest, f"expected {what}: {s.cmd.option(dest)} given with --train-iters",
+                           related=[s.cmd.related("train_iters", "--train-iters given here")])
+        if given("lr_warmup_fraction") and given("lr_warmup_iters") and s.cmd.v("lr_warmup_iters"):
+            s.report(SCHEDULE, "lr_warmup_iters", "can only specify one of lr-warmup-fraction and lr-warmup-iters")
     elif given("train_samples"):
         for dest, what in (("lr_decay_iters", "sample-based learning rate decay"),
                            ("lr_warmup_iters", "sample-based learning rate warmup")):
-            if given(dest) and job.v(dest) not in (None, 0):
-                job.report(SCHEDULE, dest, f"expected {what}: {job.option(dest)} given with --train-samples",
-                           related=[job.related("train_samples", "--train-samples given here")])
-        if given("lr_warmup_fraction") and given("lr_warmup_samples") and job.v("lr_warmup_samples"):
-            job.report(SCHEDULE, "lr_warmup_samples",
+            if given(dest) and s.cmd.v(dest) not in (None, 0):
+                s.report(SCHEDULE, dest, f"expected {what}: {s.cmd.option(dest)} given with --train-samples",
+                           related=[s.cmd.related("train_samples", "--train-samples given here")])
+        if given("lr_warmup_fraction") and given("lr_warmup_samples") and s.cmd.v("lr_warmup_samples"):
+            s.report(SCHEDULE, "lr_warmup_samples",
                        "can only specify one of lr-warmup-fraction and lr-warmup-samples")
     if given("step_batch_size_schedule") and given("global_batch_size"):
-        job.report(SCHEDULE, "step_batch_size_schedule",
+        s.report(SCHEDULE, "step_batch_size_schedule",
                    "Cannot specify both --step-batch-size-schedule and --global-batch-size",
-                   related=[job.related("global_batch_size", "--global-batch-size given here")])
-    if given("train_iters") and given("rampup_batch_size") and job.table.ref in RAMPUP_NEEDS_SAMPLES:
-        job.report(SCHEDULE, "rampup_batch_size", "expected no batch-size rampup for iteration-based training "
-                   f"(Megatron {job.table.ref}): --rampup-batch-size needs --train-samples")
-    lr, min_lr = job.v("lr"), job.v("min_lr")
+                   related=[s.cmd.related("global_batch_size", "--global-batch-size given here")])
+    if given("train_iters") and given("rampup_batch_size") and s.cmd.table.ref in RAMPUP_NEEDS_SAMPLES:
+        s.report(SCHEDULE, "rampup_batch_size", "expected no batch-size rampup for iteration-based training "
+                   f"(Megatron {s.cmd.table.ref}): --rampup-batch-size needs --train-samples")
+    lr, min_lr = s.cmd.v("lr"), s.cmd.v("min_lr")
     if isinstance(lr, float) and isinstance(min_lr, float) and min_lr > lr:
-        job.report(LR, "min_lr", f"min_lr ({min_lr:g}) is larger than lr ({lr:g})", at_value=True)
+        s.report(LR, "min_lr", f"min_lr ({min_lr:g}) is larger than lr ({lr:g})", at_value=True)
 
 
 LEGACY = rule(
@@ -251,9 +254,9 @@ LEGACY = rule(
 
 
 @check(LEGACY, target="megatron")
-def legacy_models(job: MegatronJob) -> None:
-    if "use_legacy_models" not in job.table.by_dest or job.v("use_legacy_models") is not True:
+def legacy_models(s: MegatronCheck) -> None:
+    if "use_legacy_models" not in s.cmd.table.by_dest or s.cmd.v("use_legacy_models") is not True:
         return
-    if job.v("ckpt_format") != "torch" and job.known("ckpt_format"):
-        job.report(LEGACY, "use_legacy_models", "legacy model format only supports the 'torch' checkpoint "
-                   f"format (--ckpt-format is {job.v('ckpt_format')!r})", help="add --ckpt-format torch")
+    if s.cmd.v("ckpt_format") != "torch" and s.cmd.known("ckpt_format"):
+        s.report(LEGACY, "use_legacy_models", "legacy model format only supports the 'torch' checkpoint "
+                   f"format (--ckpt-format is {s.cmd.v('ckpt_format')!r})", help="add --ckpt-format torch")

@@ -85,7 +85,8 @@ Check = Callable[..., None]
 class RegisteredCheck:
     rules: tuple[Rule, ...]
     fn: Check
-    target: str  # the kind of context the check reads: "deepspeed" or "accelerate"
+    target: str  # the context it reads: "document", "deepspeed", "accelerate", "megatron" or "finetune"
+    family: str  # its module (guard/rules/<family>.py)
 
 
 CHECKS: list[RegisteredCheck] = []
@@ -95,7 +96,7 @@ def check(*rules: Rule, target: str = "deepspeed") -> Callable[[Check], Check]:
     """Register a check that reports `rules` through its context's `report` method."""
 
     def wrap(fn: Check) -> Check:
-        CHECKS.append(RegisteredCheck(rules, fn, target))
+        CHECKS.append(RegisteredCheck(rules, fn, target, fn.__module__.rsplit(".", 1)[-1]))
         return fn
 
     return wrap

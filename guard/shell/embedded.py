@@ -6,9 +6,10 @@ import bisect
 import os
 
 from guard.diagnostic import Span
-from guard.shell.launcher_options import SHELLS
 from guard.shell.located import LText, Pos
 from guard.shell.syntax import Source
+
+SHELLS = {"bash", "sh", "dash"}  # shells whose `-c STRING` guard reads as a script
 
 OPTIONS_WITH_VALUE = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
 

@@ -8,8 +8,8 @@ import re
 from guard.diagnostic import Span
 from guard.shell.bash_errors import first_error
 from guard.shell.conditions import Conditions
+from guard.shell.embedded import SHELLS, EmbeddedSource, shell_string
 from guard.shell.expansion import Expander
-from guard.shell.launcher_options import SHELLS
 from guard.shell.located import LText
 from guard.shell.model import Command, Finding, Script, Value, Var
 from guard.shell.redirections import Redirections
@@ -210,8 +210,6 @@ class Interpreter(Expander, Conditions, Redirections, Slurm):
         """`srun bash -c "$LAUNCHER $CMD"`: the string is read as a script run by a new shell, which sees the
         exported variables (and the environment: SLURM's, the command's own VAR=x), not the others; each
         command in it runs behind the words before `bash`. False when the words run no `-c` string."""
-        from guard.shell.embedded import EmbeddedSource, shell_string  # only scripts that run `bash -c` need it
-
         found = shell_string(words)
         if found is None or self.depth >= MAX_CALL_DEPTH:
             return False

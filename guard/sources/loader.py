@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 
 from guard.inputs import sniff
 from guard.sources.document import Document, SourceError
@@ -14,25 +13,8 @@ YAML_SUFFIXES = (".yaml", ".yml")
 MAX_BYTES = 16 * MIB  # a DeepSpeed config is a few kilobytes; refuse to chew on a dump
 
 
-_OVERLAY: dict[str, str] = {}  # absolute path -> text read instead of the file's (see `overlay`)
-
-
-@contextmanager
-def overlay(texts: dict[str, str]):
-    """Read these files from memory instead of disk: a rewrite is checked before anything is written."""
-    saved = dict(_OVERLAY)
-    _OVERLAY.update({os.path.abspath(path): text for path, text in texts.items()})
-    try:
-        yield
-    finally:
-        _OVERLAY.clear()
-        _OVERLAY.update(saved)
-
-
 def read_text(path: str) -> tuple[str, bool]:
     """Return the file's text and whether it started with a UTF-8 byte-order mark."""
-    if _OVERLAY and os.path.abspath(path) in _OVERLAY:
-        return _OVERLAY[os.path.abspath(path)], False
     if os.path.isdir(path):
         raise SourceError("is a directory, not a config file", code="GRD001")
     try:

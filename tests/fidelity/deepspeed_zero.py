@@ -15,6 +15,7 @@ from pathlib import Path
 
 from guard.memory.estimate import estimate_stage
 from guard.job.from_deepspeed import read_deepspeed
+from guard.job.world import World
 from guard.job.origin import Origin
 from guard.job.hf_config import from_dict
 from guard.memory.params import rank_inventory
@@ -114,8 +115,8 @@ def non_scalar_bytes(moment: dict, component: str) -> int:
 
 def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> list[Row]:
     arch = from_dict(MODEL, "gpt2-tiny")
-    setup = read_deepspeed(ds_config(case), "probe", arch, world, world_origin=Origin("cli", "probe"), seq_length=SEQ,
-                           micro_batch=MICRO_BATCH, gpus_per_node=world)
+    setup = read_deepspeed(ds_config(case), "probe", arch, World(world, Origin("cli", "probe"), gpus_per_node=world),
+                           seq_length=SEQ, micro_batch=MICRO_BATCH)
     states = zero_states(setup, rank_inventory(setup, setup.chunks[0]), dp_rank=rank)
     buffers = estimate_stage(setup, 0).terms["buffers"]
     device, host, step = states.terms, states.host_terms, states.step_terms

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from guard.job.finetune_config import read
-from guard.job.from_finetune import read_finetune
+from guard.intake.finetune import finetune_subject
+from guard.settings import Settings
 from guard.job.hf_config import from_dict
 from guard.job.origin import Origin
 from guard.memory import activations
@@ -96,8 +97,7 @@ def predicted(workdir: Path, name: str, case: tuple) -> tuple[float, float]:
     """(one layer, the rest of the model) as guard prices them, on CPU's kernel path (dropout keeps scaled noise
     in its input's dtype rather than CUDA's bool mask)."""
     ft = read(load_document(str(training_config(workdir, name, case))))
-    job = read_finetune(ft, from_dict(MODEL, "llama-tiny"), 1, Origin("cli", "probe"),
-                        load_config=lambda p: (load_document(p).data, None), gpus_per_node=1)
+    job = finetune_subject(ft, Settings(world_size=1, gpus_per_node=1), load=load_document, arch=from_dict(MODEL, "llama-tiny")).job
     job.mask_bytes = 2
     # a checkpointed layer keeps its input alone (its terms are the recompute working set)
     if job.recompute == "full":

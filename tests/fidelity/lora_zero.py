@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from guard.job.finetune_config import read
-from guard.job.from_finetune import read_finetune
+from guard.intake.finetune import finetune_subject
+from guard.settings import Settings
 from guard.job.hf_config import from_dict
 from guard.job.origin import Origin
 from guard.memory.params import rank_inventory
@@ -63,8 +64,7 @@ def training_config(workdir: Path, case: dict) -> Path:
 
 def rows_for(name: str, case: dict, world: int, rank: int, seen: dict, workdir: Path) -> list[Row]:
     ft = read(load_document(str(training_config(workdir, case))))
-    job = read_finetune(ft, from_dict(MODEL, "llama-tiny"), world, Origin("cli", "probe"),
-                        load_config=lambda p: (load_document(p).data, None), gpus_per_node=world)
+    job = finetune_subject(ft, Settings(world_size=world, gpus_per_node=world), load=load_document, arch=from_dict(MODEL, "llama-tiny")).job
     states = model_states(job, rank_inventory(job, job.chunks[0]), dp_rank=rank)
     terms = states.terms
     frozen = sum(v for k, v in terms.items() if k.startswith("frozen base"))

@@ -13,10 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from guard.megatron.from_script import job_from_argv
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.activations import chunk_stored, mtp_bytes
 from guard.memory.workspaces import global_memory_buffer
-from guard.job.from_megatron import read_megatron
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.settings import Settings
 from tests.fidelity.rows import Row
@@ -99,9 +99,8 @@ CPU_PATH = ("local layers; unfused attention, torch softmax in fp32; dropout mas
 
 def predict(case: dict) -> TrainingJob:
     """guard's TrainingJob for the case: the flags, then the kernel path megatron-core takes on CPU."""
-    job = job_from_argv(f"pretrain_gpt.py {megatron_flags(case)}", "<fidelity>",
-                        Settings(world_size=1, megatron_version="core_v0.16.1"))
-    setup = read_megatron(job).required()
+    request = Request(megatron_args=(f"pretrain_gpt.py {megatron_flags(case)}",))
+    setup = read(request, Settings(world_size=1, megatron_version="core_v0.16.1")).job.required()
     act = DTYPE_BYTES[setup.params_dtype]
     # non-fused softmax with attention_softmax_in_fp32 (megatron's torch fallback): fp32 probabilities
     setup.softmax_bytes = 4

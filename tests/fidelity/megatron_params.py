@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.fidelity.rows import Row
 
-from guard.megatron.from_script import job_from_argv
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.estimate import estimate
-from guard.job.from_megatron import read_megatron
 from guard.settings import Settings
 
 PROBE = Path(__file__).with_name("megatron_params_probe.py")
@@ -135,9 +135,8 @@ def _ranks(ranks: list[int]) -> str:
 
 def rows_for(name: str, records: list[dict]) -> list[Row]:
     case, flags = CASES[name]
-    job = job_from_argv(f"pretrain_gpt.py {flags} {COMMON}", "<test>",
-                        Settings(world_size=case["world"], megatron_version="core_v0.16.1"))
-    result = estimate(read_megatron(job).required())
+    request = Request(megatron_args=(f"pretrain_gpt.py {flags} {COMMON}",))
+    result = estimate(read(request, Settings(world_size=case["world"], megatron_version="core_v0.16.1")).job.required())
     # a rank class: the ranks of one pipeline stage that hold the same counts (guard predicts one per stage)
     classes: dict[tuple, list[dict]] = {}
     for rec in records:

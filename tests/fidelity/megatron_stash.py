@@ -19,10 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from guard.megatron.from_script import job_from_argv
+from guard.intake.read import read
+from guard.intake.request import Request
 from guard.memory.activations import chunk_stored
 from guard.memory.estimate import estimate
-from guard.job.from_megatron import read_megatron
 from guard.memory.schedule import order
 from guard.settings import Settings
 from tests.fidelity.megatron_stash_probe import FFN, HEADS, HIDDEN, MICRO_BATCH, SEQ, VOCAB
@@ -59,8 +59,8 @@ def megatron_flags(case: dict) -> str:
 
 
 def guard_setup(case: dict):
-    job = job_from_argv(f"pretrain_gpt.py {megatron_flags(case)}", "<fidelity>", Settings(world_size=case["pp"]))
-    setup = read_megatron(job).required()
+    request = Request(megatron_args=(f"pretrain_gpt.py {megatron_flags(case)}",))
+    setup = read(request, Settings(world_size=case["pp"])).job.required()
     # the CPU kernel path: unfused attention keeping the fp32 softmax (and 16-bit copy), torch's CPU LayerNorm
     # (statistics in bf16); no dropout, so no masks
     setup.attention, setup.softmax_bytes, setup.mask_bytes, setup.norm_kernel = "unfused", 4, 2, "torch_cpu"

@@ -1,5 +1,5 @@
-"""The arguments Megatron prints at start-up, read back into the command line that gave them: a full job
-description when the user hands guard diagnose nothing but the log.
+"""The arguments Megatron prints at start-up, read back into the command line that gave them, and into its
+subject: a full job description when the user hands guard diagnose nothing but the log.
 
 `_print_args` (megatron/training/arguments.py, also Megatron-DeepSpeed) prints, on rank 0, between
 `---- arguments ----` and `---- end of arguments ----`, one `  {dest} {'.' * (48 - len(dest))} {value}` line
@@ -114,3 +114,30 @@ def _words(flag, value: Any) -> list[str]:
             return [w for item in value for w in (flag.name, str(item))]
         return [flag.name, *map(str, value)] if value else []
     return [flag.name, str(value)]
+
+
+def read_printed(printed: PrintedArgs, settings, request=None):
+    """The job the printed arguments describe, read as the command line that gave them; the printed world_size
+    is what the job ran with (it wins over --world-size unless forced, as a launcher's does)."""
+    from guard.errors import InputError
+    from guard.intake.megatron import megatron_subject
+    from guard.intake.request import Request
+    from guard.intake.world import decide
+    from guard.job.origin import Origin
+    from guard.launchers.record import WorldReading
+    from guard.megatron.from_script import command_from_argv
+
+    request = request or Request()
+    text = command_line(printed)
+    label = f"{printed.source}:{printed.line} (the arguments Megatron printed)"
+    cmd = command_from_argv(text, label, settings)
+    if cmd is None:
+        raise InputError(f"{label}: no Megatron command line in them")
+    size = printed.world_size
+    reading = WorldReading(size, why=f"world_size {size} printed by Megatron") if size else None
+    world = decide(reading, settings, label, origin=Origin("key", "world_size (printed by Megatron)",
+                                                               printed.source, printed.line, 1))
+    vocab = request.vocab_size or printed.padded_vocab_size
+    from dataclasses import replace
+
+    return megatron_subject(cmd, settings, replace(request, vocab_size=vocab), argv_text=text, world=world)

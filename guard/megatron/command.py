@@ -1,4 +1,5 @@
-"""A Megatron command as written: parsed flags, the launcher's world, exported env, the DeepSpeed config."""
+"""A Megatron command as written: its parsed flags, the launcher that starts it, the exported environment and
+the DeepSpeed config it names. What the job runs with (its world above all) is decided by the intake."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from guard.diagnostic import Related, Span
 from guard.megatron.argv import ParsedArgs
 from guard.megatron.ds_config import DsConfigSource
 from guard.megatron.flag_table import FlagTable
-from guard.token import ArgToken
 
 
 @dataclass
@@ -20,24 +20,17 @@ class EnvVar:
 
 
 @dataclass
-class MegatronJob:
+class MegatronCommand:
     path: str
     args: ParsedArgs
     table: FlagTable
-    world_size: int | None = None
-    world_size_why: str = ""
-    world_size_source: str = ""  # "launcher", "settings" ([tool.guard]) or "cli" (--world-size)
-    world_token: ArgToken | None = None  # the launcher option that decides the world size
-    world_conflict: tuple[int, str] | None = None  # a world size the user gave that the launcher overrules
-    gpus_per_node: int | None = None
-    nodes: int | None = None
     launcher: str = ""
     env: dict[str, EnvVar] | None = None  # None: not a script (a bare argv), so the env is unknown
     deepspeed_config: DsConfigSource | None = None
     deepspeed_config_problem: str = ""  # why the config --deepspeed_config names could not be read
     program: str = ""
     fork_flags: list[str] = field(default_factory=list)  # flags only the fork table judging it defines
-    launch: Any = None  # guard.shell.launcher.Launch, when a launcher was found
+    launch: Any = None  # guard.launchers.chain.Launch, when a launcher was found
     anchor: Span = field(default_factory=lambda: Span(1, 1))  # where the command starts
 
     # -- values ----------------------------------------------------------------------------------
@@ -79,27 +72,6 @@ class MegatronJob:
             return occ.option.text.split("=")[0]
         flags = self.table.by_dest.get(dest)
         return flags[0].name if flags else "--" + dest.replace("_", "-")
-
-    @property
-    def num_layers(self) -> int | None:
-        return self.int_("num_layers")
-
-    @property
-    def heads(self) -> int | None:
-        return self.int_("num_attention_heads")
-
-    @property
-    def hidden(self) -> int | None:
-        return self.int_("hidden_size")
-
-    @property
-    def query_groups(self) -> int | None:
-        """Query groups Megatron builds with: --num-query-groups only counts with --group-query-attention."""
-        if self.flavour == "megatron-deepspeed":
-            return self.int_("num_key_value_heads") or self.heads
-        if self.v("group_query_attention") is True:
-            return self.int_("num_query_groups")
-        return self.heads
 
     def env_value(self, name: str) -> EnvVar | None:
         return (self.env or {}).get(name)

@@ -1,6 +1,7 @@
 """Fine-tuning jobs started from a command line: `llamafactory-cli train`, `axolotl train`, `trl sft`, and an
 HF Trainer program under accelerate / torchrun / deepspeed / python, read into one FineTuneConfig whose values
-keep their place (a key of the config file, or the flag on the command line)."""
+keep their place (a key of the config file, or the flag on the command line), with the launcher chain that
+starts it (guard/launchers) and the world that launcher says it starts."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from guard.inputs import find_near
 from guard.job import finetune_argv as argv
 from guard.job.finetune_config import FineTuneConfig, Where, read
 from guard.job.finetune_dialects import AXOLOTL, HF_PROGRAM, LLAMAFACTORY, TRL, TRL_FLAGS, Dialect
-from guard.job.finetune_world import World, accelerate_file, axolotl_world, llamafactory_world, trl_world
+from guard.launchers import registry, trainers
+from guard.launchers.chain import Launch, find_launches
+from guard.launchers.options import read_options
+from guard.launchers.record import Layer, Scope, WorldReading
 from guard.megatron.from_script import hf_trainer_like
-from guard.shell.launcher import Launch, find_launches
 from guard.shell.located import LText
 from guard.shell.model import Command, Script
 from guard.sources.document import Document, SourceError
@@ -28,12 +31,14 @@ TRL_LAUNCH = {"--num_processes", "--num_machines", "--config_file", "--accelerat
 
 
 @dataclass
-class CliTraining:
-    """One command of a script that starts a fine-tuning job."""
+class TrainerCommand:
+    """One command of a script that starts a fine-tuning job, as written (guard/intake/finetune.py makes its
+    subject, deciding the world from `reading` there)."""
 
     command: Command
     ft: FineTuneConfig | None = None
-    world: World = field(default_factory=World)
+    reading: WorldReading = field(default_factory=WorldReading)  # what its launcher says it starts
+    launch: Launch | None = None  # the launcher chain, for guard launch's hook
     error: tuple[str, SourceError] | None = None  # a file the command names that cannot be read or parsed
     unknown: list[tuple[Where, str]] = field(default_factory=list)  # values not known statically
 
@@ -41,12 +46,8 @@ class CliTraining:
     def anchor(self) -> Span:
         return Span(self.command.span.line, self.command.span.col)
 
-    def judged_world(self, ours: int | None, forced: bool) -> int | None:
-        """The launcher's world wins over --world-size unless that is forced."""
-        return self.world.size if self.world.size and not (ours and forced) else ours
 
-
-def read_script(script: Script, text: str, load) -> list[CliTraining]:
+def read_script(script: Script, text: str, load) -> list[TrainerCommand]:
     """Every command of `script` that starts a fine-tuning job; `load(path)` -> Document (or SourceError)."""
     launches = {id(launch.command): launch for launch in find_launches(script)}
     out = []
@@ -57,40 +58,42 @@ def read_script(script: Script, text: str, load) -> list[CliTraining]:
     return out
 
 
-def finetune_commands(result, text: str) -> tuple[list[CliTraining], list]:
-    """(the fine-tuning commands of a script analysed by guard.megatron.from_script, its Megatron jobs on the
+def finetune_commands(result, text: str) -> tuple[list[TrainerCommand], list]:
+    """(the fine-tuning commands of a script read by guard.megatron.from_script, its Megatron commands on the
     other commands): a command is read one way only."""
     found = read_script(result.script, text, load_document) if result.script is not None else []
     taken = {id(f.command) for f in found}
-    return found, [j for j in result.jobs if j.launch is None or id(j.launch.command) not in taken]
+    return found, [c for c in result.commands if c.launch is None or id(c.launch.command) not in taken]
 
 
 def _read_command(script: Script, command: Command, launch: Launch | None, text: str, load):
     words = command.words
     name = os.path.basename(words[0].text) if words else ""
     sub = words[1].text if len(words) > 1 else ""
-    env = _environment(script, command)
-    if name in ("llamafactory-cli", "lmf") and sub == "train":
-        return _llamafactory(script, command, words[2:], text, load, llamafactory_world(command, env))
-    if name == "axolotl" and sub == "train":
-        return _axolotl(script, command, words[2:], text, load, click=True)
-    if name == "trl" and sub in TRL_COMMANDS:
-        return _trl(script, command, words[2:], text, load)
+    scope = Scope(command, _environment(script, command), script.sbatch)
+    if registry.get("llamafactory-cli").names(name) and sub == "train":
+        layer = Layer("llamafactory-cli", words[0])
+        reading = trainers.llamafactory_world(layer, scope)
+        return _llamafactory(script, command, words[2:], text, load,
+                             Launch(command, [layer], None, words[2:], reading))
+    if registry.get("axolotl").names(name) and sub == "train":
+        return _axolotl(script, command, words[2:], text, load, scope)
+    if registry.get("trl").names(name) and sub in TRL_COMMANDS:
+        return _trl(script, command, words[2:], text, load, scope)
     if launch is None:
         return None
     program = launch.program.text if launch.program is not None else ""
     if program == "axolotl.cli.train":
-        return _axolotl(script, command, launch.args, text, load, click=False, launch=launch)
+        return _axolotl(script, command, launch.args, text, load, scope, launch=launch)
     args = launch.args
     first = args[0].text if args else ""
     if first.endswith((".yaml", ".yml", ".json")) and not first.startswith("-"):  # LLaMA-Factory's train.py
-        found = _llamafactory(script, command, args, text, load, World.of_launch(launch, command.path))
+        found = _llamafactory(script, command, args, text, load, launch)
         return found if found.error or (found.ft and found.ft.dialect is LLAMAFACTORY) else None
     names = {w.text.split("=")[0][2:].replace("-", "_") for w in args if w.text.startswith("--")}
     if hf_trainer_like(args) or "config" in names:
         trl = "config" in names or names & TRL_FLAGS or program.startswith("trl.") or "/trl/" in program
-        found = _hf(script, command, args, text, load, TRL if trl else HF_PROGRAM,
-                    World.of_launch(launch, command.path))
+        found = _hf(script, command, args, text, load, TRL if trl else HF_PROGRAM, launch)
         accelerate_file(found, launch.layer("accelerate"), load)
         return found if found.error or found.ft else None
     return None
@@ -102,10 +105,10 @@ def _environment(script: Script, command: Command) -> dict[str, LText]:
     return env
 
 
-def _llamafactory(script, command, words, text, load, world: World) -> CliTraining:
+def _llamafactory(script, command, words, text, load, launch: Launch) -> TrainerCommand:
     """hparams/parser.py read_args: a `.yaml`/`.yml`/`.json` first argument is the config and the rest is an
     OmegaConf dotlist merged over it; otherwise the words are HfArgumentParser's."""
-    found = CliTraining(command, world=world)
+    found = TrainerCommand(command, reading=launch.world, launch=launch)
     first = words[0].text if words else ""
     if first.endswith((".yaml", ".yml", ".json")):
         doc = _load(found, words[0], command.path, load)
@@ -120,12 +123,12 @@ def _llamafactory(script, command, words, text, load, world: World) -> CliTraini
     return found
 
 
-def _axolotl(script, command, words, text, load, click: bool, launch: Launch | None = None) -> CliTraining:
+def _axolotl(script, command, words, text, load, scope: Scope, launch: Launch | None = None) -> TrainerCommand:
     """`axolotl train CONFIG [--key-name value] [-- LAUNCHER ARGS]` (click; the launcher is accelerate unless
-    --launcher says otherwise) or `... -m axolotl.cli.train CONFIG [--key_name value]` (fire)."""
+    --launcher says otherwise) or `... -m axolotl.cli.train CONFIG [--key_name value]` (fire, `launch`)."""
     cut = next((i for i, w in enumerate(words) if w.text == "--"), len(words))
     words, launcher_args = words[:cut], words[cut + 1:]
-    found = CliTraining(command)
+    found = TrainerCommand(command, launch=launch, reading=launch.world if launch else WorldReading())
     config = next((w for w in words if not w.text.startswith("-")), None)
     if config is None:
         return found
@@ -134,14 +137,20 @@ def _axolotl(script, command, words, text, load, click: bool, launch: Launch | N
         return found
     found.ft = read(doc, AXOLOTL)
     existing = doc.data if isinstance(doc.data, dict) else {}
+    click = launch is None
     settings, _rest = argv.axolotl_args([w for w in words if w is not config], command.path, existing, click)
-    chosen = next((s for s in settings if s.key == "launcher"), None)
-    found.world = axolotl_world(command, chosen, launcher_args) if click else World.of_launch(launch, command.path)
+    if click:
+        chosen = next((s for s in settings if s.key == "launcher"), None)
+        inner, found.reading = trainers.axolotl_world(scope, str(chosen.value) if chosen else None, launcher_args)
+        layers = [Layer("axolotl", command.words[0])]
+        layers.append(Layer(inner.kind, command.words[0], read_options(inner, launcher_args, 0)[0]) if inner
+                      else Layer("python", command.words[0]))
+        found.launch = Launch(command, layers, None, [], found.reading)
     _apply(found, [s for s in settings if s.key != "launcher" or not click])
     return found
 
 
-def _trl(script, command, words, text, load) -> CliTraining:
+def _trl(script, command, words, text, load, scope: Scope) -> TrainerCommand:
     """`trl sft [--config x.yaml] [--flag value]`: TrlParser takes the training arguments, and the strings its
     parser leaves (--num_processes, --config_file, --accelerate_config, ...) go to `accelerate launch`."""
     ours, launcher = [], []
@@ -152,14 +161,18 @@ def _trl(script, command, words, text, load) -> CliTraining:
         takes = name in TRL_LAUNCH and "=" not in words[i].text and name != "--multi_gpu"
         into.extend(words[i:i + 1 + takes])
         i += 1 + takes
-    found = _hf(script, command, ours, text, load, TRL, trl_world(command, launcher))
+    reading = trainers.trl_world(scope, launcher)
+    accelerate = registry.get("accelerate")
+    layers = [Layer("trl", command.words[0]),
+              Layer("accelerate", command.words[0], read_options(accelerate, launcher, 0)[0])]
+    found = _hf(script, command, ours, text, load, TRL, Launch(command, layers, None, [], reading))
     accelerate_file(found, None, load, launcher)
     return found
 
 
-def _hf(script, command, words, text, load, dialect: Dialect, world: World) -> CliTraining:
+def _hf(script, command, words, text, load, dialect: Dialect, launch: Launch) -> TrainerCommand:
     """HfArgumentParser over the words; TrlParser's `--config x.yaml` first sets the defaults the flags override."""
-    found = CliTraining(command, world=world)
+    found = TrainerCommand(command, reading=launch.world, launch=launch)
     at = next((i for i, w in enumerate(words) if w.text == "--config"), None)
     if at is not None and at + 1 < len(words):
         doc = _load(found, words[at + 1], command.path, load)
@@ -174,13 +187,51 @@ def _hf(script, command, words, text, load, dialect: Dialect, world: World) -> C
     return found
 
 
+def accelerate_file(found: TrainerCommand, layer: Layer | None, load, words: list[LText] | None = None) -> None:
+    """An accelerate config named with --config_file (or trl's --accelerate_config FILE): its num_processes is
+    the world when no --num_processes is given, and its DeepSpeed plugin the DeepSpeed config when no
+    --deepspeed is; accelerate's own options win over the file's."""
+    from guard.job import from_accelerate
+    from guard.sources.deepspeed import is_accelerate
+
+    opts = dict(layer.options) if layer is not None else read_options(registry.get("accelerate"), words or [], 0)[0]
+    named = opts.get("--config_file") or opts.get("--accelerate_config")
+    if named is None or not named.resolved or found.ft is None:
+        return
+    path = find_near(named.text, found.command.path)
+    if path is None:
+        return  # a name accelerate or trl resolves itself (trl's zero3, ...): guard does not guess it
+    try:
+        doc = load(path)
+    except SourceError as err:
+        found.error = (path, err)
+        return
+    if not is_accelerate(doc):
+        return
+    size = from_accelerate.world_size(doc.data)
+    if size and "--num_processes" not in opts:
+        span = doc.span("/num_processes")
+        found.reading = WorldReading(size, why=f"num_processes {size} in {path}",
+                                     where=LText.at(str(size), span.line, span.col, path))
+    plugin = doc.data.get("deepspeed_config")
+    if isinstance(plugin, dict) and "deepspeed" not in found.ft.written:
+        pointer = "/deepspeed_config/deepspeed_config_file" if plugin.get("deepspeed_config_file") \
+            else "/deepspeed_config"
+        where = Where(path, doc.span(pointer), doc.span(pointer, key=False), pointer)
+        if plugin.get("deepspeed_config_file"):
+            found.ft.put("deepspeed", str(plugin["deepspeed_config_file"]), where)
+        else:
+            config, _written = from_accelerate.deepspeed_config(doc.data, lambda f: load(f).data)
+            found.ft.put("deepspeed", config, where)
+
+
 def _bare(script: Script, command: Command, text: str, dialect: Dialect) -> FineTuneConfig:
     """A command line with no config file: the values all come from flags, reported in the script."""
     doc = Document(command.path, text if command.path == script.path else "", {}, "argv")
     return FineTuneConfig(dialect, doc, anchor=Span(command.span.line, command.span.col))
 
 
-def _apply(found: CliTraining, settings: list[argv.Setting]) -> None:
+def _apply(found: TrainerCommand, settings: list[argv.Setting]) -> None:
     for setting in settings:
         if setting.known:
             found.ft.put(setting.key, setting.value, setting.where)
@@ -188,7 +239,7 @@ def _apply(found: CliTraining, settings: list[argv.Setting]) -> None:
             found.unknown.append((setting.where, f"{setting.where.pointer} {setting.value} is not known statically"))
 
 
-def _load(found: CliTraining, word: LText, script_path: str, load) -> Document | None:
+def _load(found: TrainerCommand, word: LText, script_path: str, load) -> Document | None:
     if not word.resolved:
         found.error = (script_path, SourceError(f"the config file {word.raw or word.text} is not known statically",
                                                 word.span(), "GRD001"))
