@@ -28,6 +28,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--hf-config",), ALL, f"{MODEL}: a Hugging Face config.json", metavar="FILE"),
     Option(("--model",), ALL, f"{MODEL}: a preset from schemas/models (guard estimate --list-models)",
            metavar="PRESET"),
+    Option(("--offline",), ALL, "never ask the Hugging Face Hub for a model's config.json (HF_HUB_OFFLINE=1 too)",
+           action="store_true", default=False),
     Option(("--seq-length",), ALL, "the sequence length, where the files do not give it", o.positive_int, "S"),
     Option(("--micro-batch-size",), ALL, "the micro-batch, for a DeepSpeed config whose own is \"auto\"",
            o.positive_int, "B"),
@@ -153,4 +155,5 @@ def request_for(args: argparse.Namespace, paths: list[str] = ()) -> Request:
                    megatron_args=tuple(getattr(args, "megatron_args", None) or ()),
                    deepspeed=getattr(args, "deepspeed", None), hf_config=args.hf_config, model=args.model,
                    vocab_size=args.vocab_size, seq_length=args.seq_length, micro_batch=args.micro_batch_size,
-                   precision=args.precision, gradient_checkpointing=args.gradient_checkpointing)
+                   precision=args.precision, gradient_checkpointing=args.gradient_checkpointing,
+                   offline=bool(getattr(args, "offline", False)))

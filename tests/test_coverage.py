@@ -10,7 +10,8 @@ from guard import resources
 from guard.deepspeed_schema import SchemaIndex
 from guard.job import coverage
 
-MEGATRON_TABLES = ("core_v0.16.1", "main-d98e8a6", "megatron-deepspeed-f4157be")
+MEGATRON_TABLES = ("core_v0.16.1", "main-d98e8a6", "megatron-deepspeed-f4157be", "bigscience-megatron-deepspeed-8387ae1",
+                   "bigcode-megatron-lm-7c325cd")
 DEEPSPEED_VERSION = "0.19.8"
 CLASSES = {"read", "no-memory-effect", "unmodelled"}
 
@@ -46,7 +47,9 @@ EXTRA_MEGATRON_READ = {"topk", "expert_interval", "enable_expert_tensor_parallel
                        "use_megatron_fsdp", "data_parallel_sharding_strategy", "num_distributed_optimizer_instances",
                        "moe_grouped_gemm", "fine_grained_activation_offloading", "offload_modules",
                        "mtp_num_layers", "apply_query_key_layer_scaling", "attention_softmax_in_fp32",
-                       "masked_softmax_fusion"}
+                       "masked_softmax_fusion",
+                       # issue 26: DeepSpeed partitions Megatron-DeepSpeed's pipeline model (BigScience's method)
+                       "pp_partition_method", "attention_head_type"}
 
 # Issue 11's DeepSpeed read list, limited to what the schema (or a free-form section such as optimizer.params) has,
 # and zero_optimization.elastic_checkpoint, which guard/job/from_deepspeed.py reads into the job's ZeRO path keys.

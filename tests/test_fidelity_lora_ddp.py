@@ -31,12 +31,27 @@ CASES = {"all linear r8": {"rank": 8, "targets": "all-linear", "micro_batch": 2,
          # ddp_bucket_cap_mb small enough for several buckets: the copy is still exactly the gradients
          "all linear r8, 20 KB buckets": {"rank": 8, "targets": "all-linear", "micro_batch": 2, "seq": 64,
                                           "bucket_cap_mb": 0.02}}
+# full fine-tuning: TRL loads the weights in ModelConfig.dtype ("float32" unless written); torch's AdamW keeps its
+# moments and autograd its gradients in the weights' dtype, with no master copy
+FULL = {"full, dtype bfloat16": {"full": True, "dtype": "bfloat16", "written": "dtype: bfloat16\n",
+                                 "micro_batch": 2, "seq": 64},
+        "full, TRL's float32 default": {"full": True, "dtype": "float32", "written": "", "micro_batch": 2, "seq": 64},
+        # bitsandbytes' 8-bit AdamW: uint8 states with block scales for tensors of 4096+ elements, fp32 below
+        "full, adamw_bnb_8bit": {"full": True, "dtype": "bfloat16", "written": "dtype: bfloat16\noptim: adamw_bnb_8bit\n",
+                                 "optim": "adamw_bnb_8bit", "micro_batch": 2, "seq": 64}}
 
 
 def _job(tmp: Path, name: str, case: dict):
     folder = tmp / "".join(c if c.isalnum() else "_" for c in name)
     (folder / "model").mkdir(parents=True)
     (folder / "model" / "config.json").write_text(json.dumps(MODEL))
+    if case.get("full"):
+        (folder / "sft.yaml").write_text(
+            f"model_name_or_path: {folder / 'model'}\n{case['written']}per_device_train_batch_size: "
+            f"{case['micro_batch']}\nmax_length: {case['seq']}\nbf16: true\noutput_dir: out\n")
+        ft = read(load_document(str(folder / "sft.yaml")))
+        return finetune_subject(ft, Settings(world_size=WORLD, gpus_per_node=WORLD), load=load_document,
+                                arch=from_dict(MODEL, "llama-tiny")).job
     targets = case["targets"] if isinstance(case["targets"], str) else json.dumps(case["targets"])
     (folder / "sft.yaml").write_text(
         f"model_name_or_path: {folder / 'model'}\nuse_peft: true\nlora_r: {case['rank']}\n"
@@ -67,6 +82,31 @@ def rows(tmp_path_factory):
                         seen["buckets"], note=f"{seen['bucket_count']} buckets"),
                     Row(label, "optimizer moments", terms["optimizer moments"], seen["moments"])]
     return out
+
+
+@pytest.fixture(scope="module")
+def full_rows(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("full_ddp")
+    model = {k: v for k, v in MODEL.items() if k != "model_type"}
+    measured = run_torchrun_probe(PROBE, WORLD, {"model": model, "cases": FULL}, tmp / "run", 900)
+    out = []
+    for rank, results in enumerate(measured):
+        for name, seen in results.items():
+            job = _job(tmp / f"rank{rank}", name, FULL[name])
+            terms = model_states(job, rank_inventory(job, job.chunks[0]), dp_rank=rank).terms
+            label = f"{name} / rank {rank}"
+            out += [Row(label, "parameters", terms["parameters"], seen["params"]["trainable"],
+                        note=seen["trainable_dtype"]),
+                    Row(label, "gradients", terms["gradients"], seen["grads"]),
+                    Row(label, "DDP buckets", terms["DDP gradient buckets (a copy of the gradients)"],
+                        seen["buckets"], note=f"{seen['bucket_count']} buckets"),
+                    Row(label, "optimizer moments", terms["optimizer moments"], seen["moments"]),
+                    Row(label, "no master copy", sum(v for k, v in terms.items() if "master" in k), 0)]
+    return out
+
+
+def test_full_fine_tuning_matches_ddp_to_the_byte(full_rows):
+    assert len(full_rows) == 5 * WORLD * len(FULL) and not failures(full_rows), "\n".join(failures(full_rows))
 
 
 def test_every_component_matches_ddp_to_the_byte(rows):

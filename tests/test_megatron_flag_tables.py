@@ -237,12 +237,11 @@ def test_schema_command_bad_source(tmp_path):
 
 
 def test_regenerated_table_is_identical_to_the_vendored_one(tmp_path):
-    """With a Megatron-LM checkout at MEGATRON_LM_PATH (core_v0.16.1), regeneration is byte-identical."""
-    import os
+    """With a Megatron-LM checkout at core_v0.16.1 (../shared/megatron-lm), regeneration is byte-identical."""
+    from conftest import MEGATRON_LM as source
 
-    source = os.environ.get("MEGATRON_LM_PATH")
     if not source:
-        pytest.skip("MEGATRON_LM_PATH is not set")
+        pytest.skip("no Megatron-LM core_v0.16.1 checkout (../shared/megatron-lm or MEGATRON_LM_PATH)")
     vendored = json.loads((ROOT / "schemas" / "megatron" / "core_v0.16.1" / "args.json").read_text())
     code, _, err = run_guard("schema", "megatron", "--source", source, "--ref", "core_v0.16.1", "--commit",
                              vendored["source"]["commit"], "--repo", "NVIDIA/Megatron-LM", "--out", str(tmp_path))

@@ -272,3 +272,18 @@ def test_the_vendored_fork_tables_are_what_the_extractor_reads_from_the_checkout
     vendored = flag_table.load(ref).data
     built = build_table(root, ref=ref, commit=vendored["source"]["commit"], repo=vendored["source"]["repo"])
     assert built == json.loads(json.dumps(vendored))
+
+
+def test_bigcodes_multiquery_attention_is_priced_with_one_kv_head(tmp_path):
+    """--attention-head-type multiquery: bigcode's transformer.py projects K and V to one head (kv_channels wide).
+    Against the same job with multihead attention, each layer has 2 x (hidden - kv_channels) x hidden fewer weights
+    and 2 x (hidden - kv_channels) fewer biases (hand count: hidden 2048, 16 heads of 128)."""
+    counts = {}
+    for kind in ("multiquery", "multihead"):
+        script = tmp_path / f"{kind}.sh"
+        script.write_text(BIGCODE.replace("multiquery", kind).replace("--bf16", "--bf16 --vocab-size 49152"))
+        code, out, err = run_guard("estimate", "--isolated", "--format", "json", str(script))
+        assert code == 0, err
+        counts[kind] = json.loads(out)["model"]["param_count"]
+    hidden, kv, layers = 2048, 128, 24
+    assert counts["multihead"] - counts["multiquery"] == layers * (2 * (hidden - kv) * hidden + 2 * (hidden - kv))

@@ -2,8 +2,9 @@
 and warning it gives is one a reader of the framework's code judged true (tests/wild/expected.yaml).
 
 The files themselves are not in this repository (fetched data is never committed): tests/wild/MANIFEST.tsv
-names each one (repository, commit, path, sha256) and `scripts/fetch_wild.py` brings them into
-$GUARD_WILD (default: ../wild beside the checkout). Without them the test skips.
+names each one (repository, commit, path, sha256). They are read from $GUARD_WILD, by default
+../shared/corpus/wild beside the checkout (CI has it); `scripts/fetch_wild.py` brings a newer manifest's files into
+a folder of one's own. Without them the test skips.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import yaml
 from conftest import ROOT, run_guard
 
 WILD = ROOT / "tests" / "wild"
-FILES = Path(os.environ.get("GUARD_WILD", ROOT.parent / "wild")) / "files"
+FILES = Path(os.environ.get("GUARD_WILD", ROOT.parent / "shared" / "corpus" / "wild")) / "files"
 
 
 def _manifest() -> list[dict]:

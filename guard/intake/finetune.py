@@ -33,7 +33,11 @@ def finetune_subject(ft: FineTuneConfig, settings: Settings, request: Request = 
     model_origin = Origin("cli", "--hf-config / --model")
     arch = arch or given_model(request)
     if arch is None:
-        arch, model_problem, model_origin = _model(ft)
+        arch, model_problem, model_origin = _model(ft, request)
+    if arch is not None and arch.is_moe:  # transformers' MoE blocks (a loop over experts) are not what guard prices
+        model_problem = (f"{ft.path}: {arch.name or 'the model'} is a mixture-of-experts model ({arch.num_experts} "
+                         "experts): guard does not price MoE fine-tuning (LoRA or full) under transformers")
+        arch = None
     world = _world(found.reading if found else None, settings, ft)
     comments = {ft.path: ft.doc.comments} if ft.doc.format != "argv" else {}
     subject = Subject(None, "finetune", ft.path, training=ft, pair=FineTunePair(), launch=found.launch if found else
@@ -70,13 +74,13 @@ def _refuse_overrides(request: Request, ft: FineTuneConfig) -> None:
         raise InputError(f"{', '.join(given)}: {ft.path} decides it; write it in the training config")
 
 
-def _model(ft: FineTuneConfig) -> tuple[Architecture | None, str, Origin]:
+def _model(ft: FineTuneConfig, request: Request) -> tuple[Architecture | None, str, Origin]:
     """The model the config names: a local folder's config.json or a known preset; else why not (one line)."""
     name = ft.get("model")
     if not isinstance(name, str) or not name:
         return None, f"{ft.path}: no {ft.dialect.keys['model']}: give --hf-config or --model", Origin("default", "model")
     try:
-        arch, found = model_ref.resolve(name, os.path.dirname(ft.path))
+        arch, found = model_ref.resolve(name, os.path.dirname(ft.path), offline=request.offline)
     except InputError as err:
         span = ft.span("model", value=True)
         return None, f"{ft.path}:{span.line}:{span.col}: {err}", Origin("default", "model")

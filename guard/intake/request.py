@@ -19,9 +19,10 @@ class Request:
     precision: str | None = None
     gradient_checkpointing: bool = False
     launcher: tuple[str, ...] = ()  # guard launch: the launcher command line
+    offline: bool = False  # never ask the Hugging Face Hub for a model's config.json
 
     def values(self) -> dict:
         """The fields a launch context carries to the ranks (the job is read there again from them)."""
         return {"hf_config": self.hf_config, "model": self.model, "vocab_size": self.vocab_size,
                 "seq_length": self.seq_length, "micro_batch": self.micro_batch, "precision": self.precision,
-                "gradient_checkpointing": self.gradient_checkpointing}
+                "gradient_checkpointing": self.gradient_checkpointing, "offline": self.offline}

@@ -34,6 +34,8 @@ class Architecture:
     name: str = ""
     module_order: str = ""  # the transformers model's parameter order ("gpt2", "llama"), for ZeRO's flat layout
     source: str = ""  # where these numbers came from
+    checkpoint_dtype: str = ""  # the config's torch_dtype / dtype ("bf16", "fp16", "fp32"; "" unstated): what
+    # transformers 5 loads the weights in by default (from_pretrained dtype="auto")
     unmodelled: tuple[str, ...] = field(default=())  # architecture features the model does not price
 
     @property

@@ -16,16 +16,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# transformers TrainingArguments defaults shared by all three (training_args.py)
+# transformers TrainingArguments defaults shared by all three (training_args.py; optim: adamw_torch_fused with
+# torch >= 2.8, lr_scheduler_type: linear)
 HF_TRAINER = {"micro_batch": 8, "grad_accum": 1, "bf16": False, "fp16": False, "max_grad_norm": 1.0,
               "learning_rate": 5e-5, "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999,
-              "adam_epsilon": 1e-8, "save_only_model": False, "deepspeed": None, "gradient_checkpointing": False,
+              "adam_epsilon": 1e-8, "optim": "adamw_torch_fused", "lr_scheduler": "linear",
+              "save_only_model": False, "deepspeed": None, "gradient_checkpointing": False,
               "use_reentrant": False, "load_best_model_at_end": False, "auto_find_batch_size": False}
 # canonical field -> the key that writes it, where the frameworks agree with TrainingArguments
 TRAINER_KEYS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
                 "bf16": "bf16", "fp16": "fp16", "max_grad_norm": "max_grad_norm", "learning_rate": "learning_rate",
                 "weight_decay": "weight_decay", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
-                "adam_epsilon": "adam_epsilon", "save_only_model": "save_only_model", "deepspeed": "deepspeed",
+                "adam_epsilon": "adam_epsilon", "optim": "optim", "lr_scheduler": "lr_scheduler_type",
+                "save_only_model": "save_only_model", "deepspeed": "deepspeed",
                 "gradient_checkpointing": "gradient_checkpointing", "load_best_model_at_end": "load_best_model_at_end",
                 "auto_find_batch_size": "auto_find_batch_size"}
 
@@ -49,16 +52,17 @@ LLAMAFACTORY = Dialect("llamafactory", "LLaMA-Factory", {
     "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout", "lora_target": "lora_target",
     "quant_bits": "quantization_bit", "quant_method": "quantization_method", "double_quant": "double_quantization",
     "seq_len": "cutoff_len", "packing": "packing", "no_gradient_checkpointing": "disable_gradient_checkpointing",
-    "use_reentrant": "use_reentrant_gc", "stage": "stage"},
+    "use_reentrant": "use_reentrant_gc", "stage": "stage", "pure_bf16": "pure_bf16"},
     {**HF_TRAINER, "method": "lora", "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": "all",
      "quant_bits": None, "quant_method": "bnb", "double_quant": True, "seq_len": 2048, "packing": None,
-     "no_gradient_checkpointing": False, "use_reentrant": True, "stage": "sft"})
+     "no_gradient_checkpointing": False, "use_reentrant": True, "stage": "sft", "pure_bf16": False})
 
 AXOLOTL = Dialect("axolotl", "axolotl", {
     **TRAINER_KEYS, "model": "base_model", "method": "adapter", "lora_rank": "lora_r", "lora_alpha": "lora_alpha",
     "lora_dropout": "lora_dropout", "lora_target": "lora_target_modules", "lora_target_linear": "lora_target_linear",
     "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "seq_len": "sequence_len",
-    "micro_batch": "micro_batch_size", "packing": "sample_packing",
+    "micro_batch": "micro_batch_size", "packing": "sample_packing", "optim": "optimizer",
+    "lr_scheduler": "lr_scheduler",
     "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs", **{k: k for k in AXOLOTL_ATTENTION}},
     {**HF_TRAINER, **{k: None for k in AXOLOTL_ATTENTION},
      "method": None, "lora_rank": None, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": None,
@@ -71,25 +75,32 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "double_quant": "use_bnb_nested_quant",
     "seq_len": "max_length", "packing": "packing", "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs",
     "attn_implementation": "attn_implementation", "padding_free": "padding_free",
-    "packing_strategy": "packing_strategy"},
+    "packing_strategy": "packing_strategy", "load_dtype": "dtype"},
     {**HF_TRAINER, "attn_implementation": None, "padding_free": False, "packing_strategy": "bfd",
      "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
      "load_in_4bit": False, "load_in_8bit": False, "double_quant": False, "seq_len": 1024, "packing": False,
-     "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None},
-    {"max_seq_length": "seq_len"})  # SFTConfig's spelling before TRL 0.20 renamed it max_length
+     "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None,
+     # model_config.py: ModelConfig.dtype "float32" since TRL 0.27 (unlike from_pretrained's "auto")
+     "load_dtype": "float32"},
+    # SFTConfig's spelling before TRL 0.20 renamed it max_length; ModelConfig's before dtype
+    {"max_seq_length": "seq_len", "torch_dtype": "load_dtype"})
 
 # A program that takes TrainingArguments but shows nothing of TRL: the Trainer's own defaults (no gradient
 # checkpointing); the sequence length has no TrainingArguments field, so TRL SFT's is assumed and said so.
+# Its model loads as from_pretrained's default does in transformers 5 (dtype "auto": the checkpoint's dtype).
 HF_PROGRAM = Dialect("trl", "HF Trainer (TRL SFT defaults)", TRL.keys,
-                     {**TRL.defaults, "gradient_checkpointing": False}, TRL.older)
+                     {**TRL.defaults, "gradient_checkpointing": False, "load_dtype": "auto"}, TRL.older)
 TRL_FLAGS = {"use_peft", "lora_r", "max_length", "max_seq_length", "packing", "dataset_text_field", "lora_alpha"}
 
 LLAMAFACTORY_MARKERS = {"finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit",
                         "disable_gradient_checkpointing"}
 AXOLOTL_MARKERS = {"base_model", "sequence_len", "micro_batch_size", "adapter", "lora_target_linear",
                    "sample_packing", "datasets"}
-TRL_MARKERS = {"per_device_train_batch_size", "use_peft", "max_length", "max_seq_length", "output_dir",
-               "num_train_epochs"}
+# a `trl sft --config` file: ModelConfig / ScriptArguments keys, or any TrainingArguments key, beside the model
+TRL_MARKERS = {"use_peft", "max_length", "max_seq_length", "output_dir", "num_train_epochs", "dataset_name",
+               "dataset_config", "dataset_train_split", "report_to", "lr_scheduler_type", "torch_dtype", "dtype",
+               "max_steps", "logging_steps", "save_steps", "eval_strategy", "warmup_ratio", "optim",
+               *TRAINER_KEYS.values()}
 
 
 def detect(data: Any) -> Dialect | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from guard.inputs import find_near
 from guard.job.adapter import Adapter, adapter_tensors, resolve_targets, supports
 from guard.job.architecture import Architecture
+from guard.job.ddp_weights import weights_dtype
+from guard.job.param_groups import hf_tensors
+from guard.job.trainer_optim import TORCH_ADAMW, named
 from guard.job.finetune_config import FineTuneConfig
 from guard.job.from_deepspeed import read_deepspeed
 from guard.job.origin import Origin
@@ -75,7 +78,40 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
             _method(job, ft, arch)
         except IncompleteJob as err:
             job.missing["adapter"] = str(err)
+        if job.hf_ddp and job.adapter is None:
+            job.weights_dtype, why = weights_dtype(ft, arch)
+            job.notes.append(f"weights: {why}")
+            if "load_dtype" in ft.written:
+                job.origins["weights_dtype"] = ft.origin("load_dtype")
+    _optimizer(job, ft, deepspeed if not ddp else None)
     return job
+
+
+def _optimizer(job: TrainingJob, ft: FineTuneConfig, ds_config: dict | None) -> None:
+    """The Trainer's optim: priced without DeepSpeed (full fine-tuning: trainer_optim.py); with DeepSpeed and no
+    optimizer section ZeRO wraps it, and a non-AdamW one is named unmodelled (a CPU offload replaces it: FT015)."""
+    opt = named(ft.get("optim") or "adamw_torch_fused")
+    key = ft.dialect.keys["optim"]
+    if ds_config is not None:
+        offload = ((ds_config.get("zero_optimization") or {}).get("offload_optimizer") or {}) \
+            if isinstance(ds_config.get("zero_optimization"), dict) else {}
+        replaced = isinstance(offload, dict) and str(offload.get("device", "none")) not in ("none", "") and \
+            ds_config.get("zero_force_ds_cpu_optimizer", True) is not False
+        if "optimizer" not in ds_config and not replaced and opt.name not in TORCH_ADAMW:
+            job.add_unmodelled(f"{key} {opt.name} under DeepSpeed (priced as AdamW)", key, ft.origin("optim"))
+        return
+    job.trainer_optim = opt.name
+    if job.adapter is not None:
+        if opt.name not in TORCH_ADAMW:
+            job.add_unmodelled(f"{key} {opt.name} on the adapter (priced as AdamW)", key, ft.origin("optim"))
+        return
+    if not opt.family:
+        job.add_unmodelled(f"{key} {opt.name} (priced as AdamW)", key, ft.origin("optim"))
+    elif opt.bits == 8 and (job.arch is None or hf_tensors(job.arch) is None):
+        job.add_unmodelled(f"{key} {opt.name}: 8-bit states per tensor of a model whose tensors guard does not "
+                           "list (priced as one tensor)", key, ft.origin("optim"))
+    if opt.paged:
+        job.notes.append(f"{key} {opt.name}: paged states live in CUDA unified memory, priced as resident")
 
 
 def _packed(ft: FineTuneConfig) -> bool:

@@ -83,6 +83,7 @@ def read_layout(fv: FlagValues, world: World) -> ParallelLayout:
     vpp = cmd.int_("num_virtual_stages_per_pipeline_rank") if \
         "num_virtual_stages_per_pipeline_rank" in cmd.table.by_dest else None
     return ParallelLayout(
+        ds_pipe=_ds_pipe(fv, pp),
         world=world.size, gpus_per_node=world.gpus_per_node, tp=tp, pp=pp,
         vpp=vpp or 1, virtual_layers=virtual_layers, overlap_p2p=cmd.v("overlap_p2p_comm", True) is not False,
         cp=_int_or_none(cmd, "context_parallel_size"), ep=max(1, ep or 1),
@@ -93,6 +94,25 @@ def read_layout(fv: FlagValues, world: World) -> ParallelLayout:
         account_embedding=cmd.v("account_for_embedding_in_pipeline_split") is True,
         account_loss=cmd.v("account_for_loss_in_pipeline_split") is True,
         layout_string=str(layout_string) if layout_string else None)
+
+
+def _ds_pipe(fv: FlagValues, pp: int | None) -> tuple[str, bool, bool] | None:
+    """Megatron-DeepSpeed with --deepspeed and pipeline stages builds GPTModelPipe (pretrain_gpt.py model_provider,
+    unless --no-pipeline-parallel): DeepSpeed partitions it (guard/job/deepspeed_pipe.py)."""
+    cmd = fv.cmd
+    if cmd.flavour != "megatron-deepspeed" or cmd.v("deepspeed") is not True or fv.on("no_pipeline_parallel") \
+            or (pp or 1) < 2:
+        return None
+    bigscience = "bigscience" in str(cmd.table.source.get("repo", "")).lower()
+    written = cmd.v("pp_partition_method") if "pp_partition_method" in cmd.table.by_dest else None
+    method = str(written) if written else "type:transformer"
+    if not (method.lower() == "uniform" or method.lower().startswith("type:")):
+        fv.job.add_unmodelled(f"DeepSpeed partition_method {method!r} (its layers priced as 'type:transformer' "
+                              "splits them)", "--pp-partition-method", fv.origin("pp_partition_method"))
+        method = "type:transformer"
+    # BigScience's GPTModelPipe always ties the head to the embedding; Microsoft's unties it on request
+    tied = bigscience or cmd.v("untie_embeddings_and_output_weights") is not True
+    return method, bigscience, tied
 
 
 def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None:

@@ -44,6 +44,9 @@ class ParallelLayout:
     layout_string: str | None = None
     virtual_layers: int | None = None  # --num-layers-per-virtual-pipeline-stage (vpp then follows the split)
     overlap_p2p: bool = True  # the interleaved schedule needs PP > 2 without it
+    # Megatron-DeepSpeed's GPTModelPipe: DeepSpeed partitions the layers (guard/job/deepspeed_pipe.py):
+    # (partition_method, BigScience's spec list, embeddings tied); None: megatron-core's split
+    ds_pipe: tuple[str, bool, bool] | None = None
 
     # -- derived sizes ------------------------------------------------------------------------------
     @property
@@ -124,7 +127,7 @@ class ParallelLayout:
         LayoutError with megatron's reason when it cannot."""
         return split(num_layers, SplitAsk(self.pp or 1, self.vpp, self.virtual_layers, self.first_stage_layers,
                                           self.last_stage_layers, self.account_embedding, self.account_loss,
-                                          self.layout_string, self.overlap_p2p))
+                                          self.layout_string, self.overlap_p2p, self.ds_pipe))
 
     def as_dict(self) -> dict[str, int | None]:
         return {"world_size": self.world, "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,

@@ -24,7 +24,8 @@ def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -
         raise IncompleteJob(f"{cmd.path}: --hidden-size and --num-attention-heads must be positive integers")
     swiglu = bool(fv.value("swiglu", b.gated_mlp if b and not cmd.given("swiglu") else None))
     groups = query_groups(fv, heads) if (cmd.given("group_query_attention") or cmd.given("num_query_groups")
-                                         or cmd.given("num_key_value_heads") or not b) else b.query_groups
+                                         or cmd.given("num_key_value_heads") or cmd.given("attention_head_type")
+                                         or not b) else b.query_groups
     kv = fv.int("kv_channels", b.kv_channels if b else None) or hidden // heads
     ffn = fv.int("ffn_hidden_size", b.ffn_hidden if b and not cmd.given("hidden_size") else None) or \
         derived.ffn_hidden_size(hidden, swiglu)
@@ -59,6 +60,8 @@ def query_groups(fv: FlagValues, heads: int) -> int | None:
     cmd = fv.cmd
     if cmd.flavour == "megatron-deepspeed":
         return cmd.int_("num_key_value_heads") or heads
+    if "attention_head_type" in cmd.table.by_dest and cmd.v("attention_head_type") == "multiquery":
+        return 1  # bigcode's fork: one K/V head shared by every query head (megatron/model/transformer.py MQA)
     if cmd.v("group_query_attention") is True:
         return cmd.int_("num_query_groups")
     return heads

@@ -1,4 +1,5 @@
-"""The model a training config names, without the network: a local folder's config.json, or a known preset."""
+"""The model a training config names: a local folder, the Hugging Face cache, guard's catalog, a preset, or the Hub
+(config.json alone), in that order; each answer says where it came from."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from functools import lru_cache
 
 from guard.errors import InputError
-from guard.job import hf_config, presets
+from guard.job import hf_config, hub_cache, model_catalog, presets
 from guard.job.architecture import Architecture
 
 # fine-tunes published beside their base keep its config shapes (chat/instruct variants)
@@ -31,20 +32,46 @@ def _repo_ids() -> dict[str, str]:
     return out
 
 
-def resolve(name: str, base_dir: str = ".") -> tuple[Architecture, str]:
-    """(architecture, how it was found) for `model_name_or_path` / `base_model`."""
-    for folder in (name, os.path.join(base_dir, name)):
+def resolve(name: str, base_dir: str = ".", *, offline: bool = False,
+            revision: str | None = None) -> tuple[Architecture, str]:
+    """(architecture, how it was found) for `model_name_or_path` / `base_model`. What the user has on disk wins
+    (their revision of the model); the catalog and presets answer offline; the Hub is asked last, for config.json."""
+    for folder in (os.path.expanduser(name), os.path.join(base_dir, name)):
         config = os.path.join(folder, "config.json")
         if os.path.isfile(config):
-            return hf_config.load(config), f"{config}"
+            return hf_config.load(config), config
+    cached = hub_cache.cached_config(name, revision)
+    if cached is not None:
+        return hf_config.load(str(cached)), f"the Hugging Face cache ({cached})"
+    known = _known(name)
+    if known is not None:
+        return known
+    if not hub_cache.offline(offline):
+        fetched, why_not = hub_cache.download_config(name, revision)
+        if fetched is not None:
+            return hf_config.load(str(fetched)), f"the Hub (config.json, cached at {fetched})"
+    else:
+        why_not = "the Hub was not asked (--offline / HF_HUB_OFFLINE)"
+    raise UnknownModel(
+        f"model {name!r} is not a local folder with a config.json, not in the Hugging Face cache "
+        f"({hub_cache.cache_dir()}) and not in guard's catalog; {why_not}: give --hf-config path/to/config.json, "
+        f"or --model NAME (guard estimate --list-models), or put its config.json in the cache "
+        f"(huggingface-cli download {name} config.json)")
+
+
+def _known(name: str) -> tuple[Architecture, str] | None:
+    """The catalog's entry or a preset, for the name or the base model of a chat/instruct variant."""
     key = name.strip().lower()
-    ids = _repo_ids()
-    if key in ids:
-        return presets.load(ids[key]), f"preset {ids[key]}"
-    base = VARIANT.sub("", key)
-    if base in ids:
-        return presets.load(ids[base]), f"preset {ids[base]} (the base model of {name})"
+    for candidate, how in ((key, ""), (VARIANT.sub("", key), f" (the base model of {name})")):
+        found = model_catalog.entry(candidate)
+        if found is not None:
+            canonical, data = found
+            meta = {"name": canonical, "source": data["source"]}
+            return hf_config.from_dict({**data["config"], "_guard": meta}, label=canonical), \
+                f"guard's catalog: {canonical}{how}, from {data['source']}"
+        if candidate in _repo_ids():
+            preset = _repo_ids()[candidate]
+            return presets.load(preset), f"preset {preset}{how}"
     if key in presets.names():
         return presets.load(key), f"preset {key}"
-    raise UnknownModel(f"model {name!r} is neither a local folder with a config.json nor a known preset "
-                       f"(guard does not download): give --hf-config path/to/config.json or --model PRESET")
+    return None

@@ -1,4 +1,5 @@
-"""Layers to pipeline ranks and model chunks, as megatron-core assigns them: the one split every feature uses.
+"""Layers to pipeline ranks and model chunks, as megatron-core assigns them (or DeepSpeed, for Megatron-DeepSpeed's
+pipeline model): the one split every feature uses.
 
 It refuses what validate_args and TransformerConfig refuse, with their reasons, so `guard check` (MLM106-108)
 and `guard estimate` read the same split or the same refusal.
@@ -49,6 +50,7 @@ class SplitAsk:
     account_loss: bool = False
     layout_string: str | None = None
     overlap_p2p: bool = True  # --overlap-p2p-communication (the interleaved schedule needs PP > 2 without it)
+    ds_pipe: tuple[str, bool, bool] | None = None  # DeepSpeed partitions GPTModelPipe (deepspeed_pipe.py)
 
 
 def even_chunks(num_layers: int, pp: int, vpp: int = 1, per_stage: list[int] | None = None) -> list[list[Chunk]]:
@@ -111,6 +113,10 @@ def split(num_layers: int, ask: SplitAsk) -> list[list[Chunk]]:
                           "positive)")
     if ask.layout_string:
         return from_layout_string(ask.layout_string, pp, num_layers)
+    if ask.ds_pipe and pp > 1:  # no even-split requirement: DeepSpeed's PipelineModule balances the specs
+        from guard.job.deepspeed_pipe import stage_layers
+
+        return even_chunks(num_layers, pp, 1, stage_layers(num_layers, pp, *ask.ds_pipe))
     accounted = int(ask.account_embedding) + int(ask.account_loss)
     total = num_layers + accounted
     vpp = _virtual_stages(num_layers, ask, total)

@@ -62,6 +62,10 @@ class TrainingJob:
     frozen: tuple[str, ...] = ()  # parts whose weights get no gradient or optimizer state ("language model", ...)
     adapter: Adapter | None = None  # LoRA/QLoRA: only the adapter trains; the base is frozen (maybe quantized)
     hf_ddp: bool = False  # the HF Trainer without DeepSpeed: torch DDP over every rank, no ZeRO
+    # hf_ddp, full fine-tuning: the dtype the weights are kept in (their gradients and torch AdamW's moments follow
+    # it; no master copy); params_dtype stays the compute dtype autocast runs in
+    weights_dtype: str | None = None
+    trainer_optim: str = ""  # hf_ddp: the Trainer's optim name (guard/job/trainer_optim.py prices its states)
     # activations
     recompute: str = "none"  # none | selective | full
     recompute_method: str = "uniform"

@@ -74,10 +74,20 @@ def _upstream(program: str) -> flag_table.FlagTable:
     return flag_table.for_program(having[0].ref, program) if having else newest
 
 
+# flags only a Megatron training program takes: one of them is enough
+_MEGATRON_SHAPE = frozenset({"--num-layers", "--hidden-size", "--num-attention-heads", "--tensor-model-parallel-size",
+                             "--pipeline-model-parallel-size", "--micro-batch-size", "--global-batch-size",
+                             "--seq-length", "--ffn-hidden-size", "--num-experts"})
+
+
 def _megatron_like(words: list[LText]) -> bool:
-    """At least one word is a flag some vendored Megatron version defines."""
+    """A flag only a Megatron training program takes, or two flags some vendored Megatron version defines: a helper
+    run before the launch (`python load_ratios.py --split train ...`) shares a generic flag or so, never more."""
     tables = [flag_table.load(ref) for ref in flag_table.available()]
-    return any(any(t.get(w.text.split("=")[0]) for t in tables) for w in words if w.text.startswith("--"))
+    names = {w.text.split("=")[0] for w in words if w.text.startswith("--")}
+    if {name.replace("_", "-") for name in names} & _MEGATRON_SHAPE:  # epfLLM's forks spell them with underscores
+        return True
+    return sum(1 for name in names if any(t.get(name) for t in tables)) >= 2
 
 
 # Fields of transformers' TrainingArguments (training_args.py) that no Megatron parser defines: a command

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from guard.job.stages import Chunk
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import adapter_states, megatron_fsdp, muon, zero_paths
+from guard.memory.ddp_states import BUCKETS, ddp_terms
 from guard.memory.overheads import zero_bucket
 from guard.memory.params import Inventory
 from guard.memory.zero_layout import ZeroLayout, largest_tensor, layout_for, zero_layout
@@ -210,6 +211,8 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
     """dp_rank None: the data-parallel rank that holds the most; chunks: the stage's (Muon deals their tensors)."""
     if setup.adapter is not None:
         return _adapter_states(setup, dp_rank)
+    if setup.hf_ddp:
+        return ddp_states(setup, inv)
     out = megatron_states(setup, inv, chunks, dp_rank) if setup.framework == "megatron" else \
         zero_states(setup, inv, dp_rank)
     if "language model" in setup.frozen:
@@ -220,6 +223,19 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
         out.terms = {k: v for k, v in out.terms.items() if k == "parameters"}
         out.step_terms, out.host_terms, out.reduce_terms = {}, {}, {}
         out.explain.append("the language model is frozen (--freeze-LM): no gradients, no optimizer state")
+    return out
+
+
+def ddp_states(setup: TrainingJob, inv: Inventory) -> States:
+    """Full fine-tuning under the HF Trainer without DeepSpeed (ddp_states.py: no master copy, one dtype)."""
+    terms, step, dtype = ddp_terms(setup, inv)
+    out = States(params=terms["parameters"], grads=terms["gradients"] + terms.get(BUCKETS, 0),
+                 optimizer=terms["optimizer moments"], step_transient=sum(step.values()), terms=terms,
+                 step_terms=step)
+    out.explain = [f"torch DDP over DP={setup.dp}, no ZeRO, torch's optimizer: weights, gradients and moments in "
+                   f"{dtype}, no master copy: " + ", ".join(f"{k} {v:,} B" for k, v in terms.items())]
+    if step:
+        out.explain.append("during the step: " + ", ".join(f"{k} {v:,} B" for k, v in step.items()))
     return out
 
 

@@ -34,6 +34,23 @@ class FineTuneCheck:
         self.diagnostics.append(rule.diagnostic(path, message, self.ft.span(name, value=value), pointer,
                                                 help=help, related=related or []))
 
+    @property
+    def ds_config(self) -> dict | None:
+        """The DeepSpeed config the Trainer hands over ("auto" filled): the named file's, or an inline one."""
+        if self.subject.deepspeed is not None:
+            return self.subject.deepspeed.data
+        written = self.ft.get("deepspeed")
+        return written if isinstance(written, dict) else None
+
+    def report_in_deepspeed(self, rule: Rule, path: tuple[str, ...], message: str, *, help: str | None = None,
+                            related: list[Related] | None = None) -> None:
+        """The same finding where the DeepSpeed file writes it (an inline config has no file: nothing more)."""
+        if self.ds_doc is None:
+            return
+        pointer = pointer_of(path)
+        self.diagnostics.append(rule.diagnostic(self.ds_doc.path, message, self.ds_doc.span(pointer), pointer,
+                                                help=help, related=related or []))
+
     def ds_related(self, *path: str, message: str) -> list[Related]:
         if self.ds_doc is None:
             return []

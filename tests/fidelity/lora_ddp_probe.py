@@ -1,4 +1,5 @@
-"""Measure a peft LoRA model's states per rank under torch DDP on CPU, as the HF Trainer runs it without DeepSpeed.
+"""Measure a peft LoRA model's states (or a fully trained model's: case "full") per rank under torch DDP on CPU, as
+the HF Trainer runs it without DeepSpeed.
 
 Run under torchrun: python -m torch.distributed.run --nproc-per-node N tests/fidelity/lora_ddp_probe.py CASES.json
 OUT_DIR. The model is built as LLaMA-Factory / TRL build it without DeepSpeed: the base in bf16, peft's adapters in
@@ -24,9 +25,13 @@ def run_case(case: dict, model_config: dict) -> dict:
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**model_config)).to(torch.bfloat16)
-    model = peft.get_peft_model(model, peft.LoraConfig(r=case["rank"], lora_alpha=2 * case["rank"],
-                                                       target_modules=case["targets"], lora_dropout=0.0))
+    if case.get("full"):  # full fine-tuning: every weight trains, in the dtype the trainer loaded it in
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**model_config)).to(getattr(torch,
+                                                                                                  case["dtype"]))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**model_config)).to(torch.bfloat16)
+        model = peft.get_peft_model(model, peft.LoraConfig(r=case["rank"], lora_alpha=2 * case["rank"],
+                                                           target_modules=case["targets"], lora_dropout=0.0))
     trainable = [p for p in model.parameters() if p.requires_grad]
     ddp = DistributedDataParallel(model, bucket_cap_mb=case.get("bucket_cap_mb", 25))  # TrainingArguments default
     buckets: dict[int, int] = {}
@@ -36,7 +41,12 @@ def run_case(case: dict, model_config: dict) -> dict:
         return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
 
     ddp.register_comm_hook(None, record)
-    optimizer = torch.optim.AdamW(trainable, lr=1e-4, foreach=False)
+    if case.get("optim") == "adamw_bnb_8bit":  # transformers trainer_optimizer.py: bitsandbytes' AdamW, 8-bit
+        import bitsandbytes
+
+        optimizer = bitsandbytes.optim.AdamW(trainable, lr=1e-4, optim_bits=8)
+    else:
+        optimizer = torch.optim.AdamW(trainable, lr=1e-4, foreach=False)
     ids = torch.randint(0, model_config["vocab_size"], (case["micro_batch"], case["seq"]))
     for _ in range(2):  # the first step creates the moments; measure the second
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -45,8 +55,10 @@ def run_case(case: dict, model_config: dict) -> dict:
         grads = sum(p.grad.numel() * p.grad.element_size() for p in trainable)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    # every tensor an optimizer state holds but the step counter (torch: exp_avg, exp_avg_sq; bitsandbytes: state1/2,
+    # absmax1/2, qmap1/2)
     moments = sum(t.numel() * t.element_size() for s in optimizer.state.values() for k, t in s.items()
-                  if k in ("exp_avg", "exp_avg_sq"))
+                  if torch.is_tensor(t) and k != "step")
     params = {"frozen": 0, "trainable": 0}
     for p in model.parameters():
         params["trainable" if p.requires_grad else "frozen"] += p.numel() * p.element_size()
