@@ -49,7 +49,9 @@ EXTRA_MEGATRON_READ = {"topk", "expert_interval", "enable_expert_tensor_parallel
                        "mtp_num_layers", "apply_query_key_layer_scaling", "attention_softmax_in_fp32",
                        "masked_softmax_fusion",
                        # issue 26: DeepSpeed partitions Megatron-DeepSpeed's pipeline model (BigScience's method)
-                       "pp_partition_method", "attention_head_type"}
+                       "pp_partition_method", "attention_head_type",
+                       # the multimodal language model's sequence (an encoder-decoder's is named unmodelled)
+                       "decoder_seq_length"}
 
 # Issue 11's DeepSpeed read list, limited to what the schema (or a free-form section such as optimizer.params) has,
 # and zero_optimization.elastic_checkpoint, which guard/job/from_deepspeed.py reads into the job's ZeRO path keys.

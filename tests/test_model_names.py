@@ -151,3 +151,23 @@ def test_mixture_of_experts_fine_tuning_is_refused_by_name(tmp_path, cache):
                       "cutoff_len: 1024\nbf16: true\n")
     code, _, err = run_guard("estimate", "--offline", "--gpu", "H100-SXM", str(config))
     assert code == 2 and "mixture-of-experts" in err and "8 experts" in err
+
+
+def test_a_hub_tokenizer_is_counted_from_its_cached_tokenizer_json(cache, tmp_path):
+    """--tokenizer-model NAME of a HuggingFaceTokenizer: Megatron loads it with AutoTokenizer; its length is the
+    tokenizer.json's model vocabulary plus added tokens (1000 + 2 here), padded to a multiple of 128."""
+    folder = cache / "models--acme--tok" / "snapshots" / ("a" * 40)
+    folder.mkdir(parents=True)
+    vocab = {f"t{i}": i for i in range(1000)}
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}, "added_tokens": [
+        {"id": 1000, "content": "<|start|>"}, {"id": 1001, "content": "<|end|>"}]}))
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc-per-node 1 pretrain_gpt.py --num-layers 2 --hidden-size 128 "
+                      "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 "
+                      "--tokenizer-type HuggingFaceTokenizer --tokenizer-model acme/tok\n")
+    code, out, err = run_guard("estimate", "--isolated", "--format", "json", str(script))
+    assert code == 0, err
+    assert json.loads(out)["model"]["vocab_padded"] == 1024  # 1002 rounded up to 128's multiple
+    script.write_text(script.read_text().replace("acme/tok", "acme/absent"))
+    code, _, err = run_guard("estimate", "--isolated", str(script))
+    assert code == 2 and "huggingface-cli download acme/absent tokenizer.json" in err

@@ -127,3 +127,30 @@ def test_eval_of_a_command_string_stops_at_its_redirection():
 def test_arithmetic(expr, value):
     var = interpret("t.sh", f"X={expr}\n").variables["X"].value
     assert (var.text if var.resolved else None) == value
+
+
+def test_a_templates_real_errors_are_found_past_its_placeholders():
+    """`X=<Specify path>` is a bash syntax error (SH001, bash runs nothing after it); the script is then read as if
+    the placeholder were filled in, so the flag typo further down is still reported, at its own place."""
+    import json
+
+    from conftest import FIXTURES, run_guard
+
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(FIXTURES / "templates" / "template_typo.sh"))
+    found = sorted(f"{d['code']}@{d['line']}:{d['col']}" for d in json.loads(out) if d["severity"] == "error")
+    assert code == 1 and found == ["MLM001@6:3", "SH001@2:31"]
+
+
+def test_computed_values_are_followed_or_named_unknown():
+    """`EP=$(( NUM_GPUS < 64 ? NUM_GPUS : 64 ))` is bash arithmetic guard evaluates (16); TP set under an `if` on an
+    environment variable is unknown: named by check (MLM010) and by estimate's refusal, never a flag default."""
+    import json
+
+    from conftest import FIXTURES, run_guard
+
+    script = str(FIXTURES / "templates" / "computed_values.sh")
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", script)
+    unknown = [d["message"] for d in json.loads(out) if d["code"] == "MLM010"]
+    assert len(unknown) == 1 and "--tensor-model-parallel-size $TP" in unknown[0]
+    code, _, err = run_guard("estimate", "--isolated", script)
+    assert code == 2 and "--tensor-model-parallel-size (line 7) is not known statically" in err

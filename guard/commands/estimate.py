@@ -22,7 +22,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from guard.job import presets
         from guard.memory import catalog
 
+        from guard.job import model_catalog
+
         sys.stdout.write("models: " + ", ".join(presets.names()) + "\n")
+        sys.stdout.write("catalog (Hub ids; their instruct/chat variants and mirrors too): "
+                         + ", ".join(sorted(model_catalog.entries())) + "\n")
         sys.stdout.write("gpus: " + ", ".join(catalog.names()) + "\n")
         return 0
     gpu = choose_gpu(settings.gpu, settings.gpu_memory)

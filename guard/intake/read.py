@@ -41,7 +41,35 @@ def read(request: Request, settings: Settings) -> Subject:
     training = read_training_config(doc)
     subject = finetune_subject(training, settings, request, load=load_config) if training is not None \
         else config_subject(doc, settings, request)
+    if training is None and "model" in subject.job.missing and not (request.hf_config or request.model):
+        subject = _companion(configs[0], settings, request) or subject
     return finish(subject, settings)
+
+
+def _companion(path: str, settings: Settings, request: Request) -> Subject | None:
+    """The one job near a bare DeepSpeed config that uses it (guard/intake/companion.py), read whole; several:
+    refused, naming them."""
+    import os
+
+    from guard.intake.companion import companions
+    from guard.intake.files import read_file
+
+    target, jobs = os.path.realpath(path), []
+    for candidate in companions(path):
+        try:
+            found = read_file(candidate, settings, request)
+        except InputError:
+            continue
+        jobs += [(candidate, s) for s in found.subjects if s.kind != "deepspeed" and s.deepspeed is not None
+                 and os.path.realpath(s.deepspeed.doc.path) == target and s.error is None]
+    if len(jobs) > 1:
+        raise InputError(f"{path}: a DeepSpeed config does not describe the model, and {len(jobs)} jobs near it use "
+                         f"it: {', '.join(sorted({c for c, _ in jobs}))}; estimate one of them")
+    if not jobs:
+        return None
+    candidate, subject = jobs[0]
+    subject.job.notes.insert(0, f"{path} describes no model: priced as the job that uses it, {candidate}")
+    return subject
 
 
 def finish(subject: Subject, settings: Settings) -> Subject:

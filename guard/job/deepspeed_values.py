@@ -80,3 +80,13 @@ def derive(train: int | None, micro: int | None, accumulation: int | None, dp: i
         return Batch(train, micro, accumulation, derived,
                      f"{ASSERTION} {train} != {micro} * {accumulation} * {dp}")
     return Batch(train, micro, accumulation, derived)
+
+
+def cpu_optimizer_forced(config: dict) -> bool:
+    """The optimizer offloaded to the CPU with no `optimizer` section and zero_force_ds_cpu_optimizer left true:
+    accelerate's _prepare_deepspeed swaps the Trainer's optimizer for DeepSpeedCPUAdam
+    (utils/deepspeed.py map_pytorch_optim_to_deepspeed)."""
+    zero = config.get("zero_optimization")
+    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+    return isinstance(offload, dict) and str(offload.get("device", "none")).lower() not in ("none", "") \
+        and "optimizer" not in config and config.get("zero_force_ds_cpu_optimizer", True) is not False

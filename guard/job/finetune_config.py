@@ -134,6 +134,8 @@ class FineTuneConfig:
     def precision(self) -> str:
         """The training dtype the config asks for: bf16, fp16 or fp32 (axolotl's "auto": bf16)."""
         bf16 = self.get("bf16")
+        if "bf16" not in self.written and self.flag("fp16"):  # TRL's bf16 default is `not fp16`
+            return "fp16"
         if bf16 == "auto" or self.flag("bf16"):
             return "bf16"
         return "fp16" if self.flag("fp16") else "fp32"

@@ -22,12 +22,14 @@ HF_TRAINER = {"micro_batch": 8, "grad_accum": 1, "bf16": False, "fp16": False, "
               "learning_rate": 5e-5, "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999,
               "adam_epsilon": 1e-8, "optim": "adamw_torch_fused", "lr_scheduler": "linear",
               "save_only_model": False, "deepspeed": None, "gradient_checkpointing": False,
+              "liger": False, "neftune": None, "torch_compile": False, "modules_to_save": None,
               "use_reentrant": False, "load_best_model_at_end": False, "auto_find_batch_size": False}
 # canonical field -> the key that writes it, where the frameworks agree with TrainingArguments
 TRAINER_KEYS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
                 "bf16": "bf16", "fp16": "fp16", "max_grad_norm": "max_grad_norm", "learning_rate": "learning_rate",
                 "weight_decay": "weight_decay", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
                 "adam_epsilon": "adam_epsilon", "optim": "optim", "lr_scheduler": "lr_scheduler_type",
+                "liger": "use_liger_kernel", "neftune": "neftune_noise_alpha", "torch_compile": "torch_compile",
                 "save_only_model": "save_only_model", "deepspeed": "deepspeed",
                 "gradient_checkpointing": "gradient_checkpointing", "load_best_model_at_end": "load_best_model_at_end",
                 "auto_find_batch_size": "auto_find_batch_size"}
@@ -52,7 +54,8 @@ LLAMAFACTORY = Dialect("llamafactory", "LLaMA-Factory", {
     "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout", "lora_target": "lora_target",
     "quant_bits": "quantization_bit", "quant_method": "quantization_method", "double_quant": "double_quantization",
     "seq_len": "cutoff_len", "packing": "packing", "no_gradient_checkpointing": "disable_gradient_checkpointing",
-    "use_reentrant": "use_reentrant_gc", "stage": "stage", "pure_bf16": "pure_bf16"},
+    "use_reentrant": "use_reentrant_gc", "stage": "stage", "pure_bf16": "pure_bf16",
+    "liger": "enable_liger_kernel", "modules_to_save": "additional_target"},
     {**HF_TRAINER, "method": "lora", "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": "all",
      "quant_bits": None, "quant_method": "bnb", "double_quant": True, "seq_len": 2048, "packing": None,
      "no_gradient_checkpointing": False, "use_reentrant": True, "stage": "sft", "pure_bf16": False})
@@ -62,12 +65,16 @@ AXOLOTL = Dialect("axolotl", "axolotl", {
     "lora_dropout": "lora_dropout", "lora_target": "lora_target_modules", "lora_target_linear": "lora_target_linear",
     "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "seq_len": "sequence_len",
     "micro_batch": "micro_batch_size", "packing": "sample_packing", "optim": "optimizer",
-    "lr_scheduler": "lr_scheduler",
+    "lr_scheduler": "lr_scheduler", "liger": "liger_fused_linear_cross_entropy", "modules_to_save": "lora_modules_to_save",
+    "context_parallel": "context_parallel_size", "tiled_mlp": "tiled_mlp", "activation_offloading": "activation_offloading",
+    "plugins": "plugins",
     "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs", **{k: k for k in AXOLOTL_ATTENTION}},
     {**HF_TRAINER, **{k: None for k in AXOLOTL_ATTENTION},
      "method": None, "lora_rank": None, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": None,
      "lora_target_linear": None, "load_in_4bit": False, "load_in_8bit": False, "double_quant": True,
-     "seq_len": 512, "micro_batch": 1, "bf16": "auto", "packing": None, "gradient_checkpointing_kwargs": None})
+     "seq_len": 512, "micro_batch": 1, "bf16": "auto", "packing": None, "gradient_checkpointing_kwargs": None,
+     "context_parallel": None, "tiled_mlp": None, "activation_offloading": None, "plugins": None},
+    {"sequence_parallel_degree": "context_parallel"})  # axolotl's name for it before context_parallel_size
 
 TRL = Dialect("trl", "TRL / HF Trainer", {
     **TRAINER_KEYS, "model": "model_name_or_path", "method": "use_peft", "lora_rank": "lora_r",
@@ -75,13 +82,15 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     "load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_8bit", "double_quant": "use_bnb_nested_quant",
     "seq_len": "max_length", "packing": "packing", "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs",
     "attn_implementation": "attn_implementation", "padding_free": "padding_free",
-    "packing_strategy": "packing_strategy", "load_dtype": "dtype"},
+    "packing_strategy": "packing_strategy", "load_dtype": "dtype", "modules_to_save": "lora_modules_to_save",
+    "activation_offloading": "activation_offloading", "vision": "vision_tower"},
     {**HF_TRAINER, "attn_implementation": None, "padding_free": False, "packing_strategy": "bfd",
      "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
      "load_in_4bit": False, "load_in_8bit": False, "double_quant": False, "seq_len": 1024, "packing": False,
      "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None,
-     # model_config.py: ModelConfig.dtype "float32" since TRL 0.27 (unlike from_pretrained's "auto")
-     "load_dtype": "float32"},
+     # model_config.py: ModelConfig.dtype "float32" since TRL 0.27 (unlike from_pretrained's "auto");
+     # base_config.py: bf16 None becomes `not fp16`, so True unless fp16 is asked for
+     "load_dtype": "float32", "bf16": True, "activation_offloading": False, "vision": None},
     # SFTConfig's spelling before TRL 0.20 renamed it max_length; ModelConfig's before dtype
     {"max_seq_length": "seq_len", "torch_dtype": "load_dtype"})
 
@@ -89,7 +98,8 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
 # checkpointing); the sequence length has no TrainingArguments field, so TRL SFT's is assumed and said so.
 # Its model loads as from_pretrained's default does in transformers 5 (dtype "auto": the checkpoint's dtype).
 HF_PROGRAM = Dialect("trl", "HF Trainer (TRL SFT defaults)", TRL.keys,
-                     {**TRL.defaults, "gradient_checkpointing": False, "load_dtype": "auto"}, TRL.older)
+                     {**TRL.defaults, "gradient_checkpointing": False, "load_dtype": "auto", "bf16": False},
+                     TRL.older)
 TRL_FLAGS = {"use_peft", "lora_r", "max_length", "max_seq_length", "packing", "dataset_text_field", "lora_alpha"}
 
 LLAMAFACTORY_MARKERS = {"finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit",

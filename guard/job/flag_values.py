@@ -32,8 +32,7 @@ class FlagValues:
         if dest not in cmd.table.by_dest:
             return base
         if not cmd.known(dest):
-            raise IncompleteJob(f"{cmd.path}:{cmd.flag_span(dest).line}: {cmd.option(dest)} has a value guard "
-                                f"cannot resolve; give it literally")
+            raise IncompleteJob(self._unresolved(dest))
         if field:
             self.job.origins[field] = self.origin(dest) if cmd.given(dest) or base is None else \
                 Origin("cli", "--model / --hf-config")
@@ -41,6 +40,19 @@ class FlagValues:
             value = cmd.v(dest)
             return value[0] if isinstance(value, list) and len(value) == 1 and dest != "recompute_modules" else value
         return base
+
+    def _unresolved(self, dest: str) -> str:
+        """One refusal naming every value the memory model reads that the script leaves unknown (a script driven
+        by positional parameters leaves several), not the first one alone."""
+        from guard.job.coverage import READ, megatron_class
+
+        cmd = self.cmd
+        names = [dest] + [d for d in cmd.table.by_dest if d != dest and cmd.given(d) and not cmd.known(d)
+                          and (megatron_class(d) is not None and megatron_class(d).effect == READ)]
+        where = ", ".join(f"{cmd.option(d)} (line {cmd.flag_span(d).line})" for d in names)
+        return (f"{cmd.path}: {'values' if len(names) > 1 else 'a value'} guard cannot resolve: {where}; "
+                f"give {'them' if len(names) > 1 else 'it'} literally (a script driven by its arguments: write them "
+                "into a copy)")
 
     def int(self, dest: str, base: int | None = None, need: str = "", field: str | None = None) -> int | None:
         value = self.value(dest, base, field)

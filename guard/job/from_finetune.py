@@ -6,6 +6,7 @@ from guard.inputs import find_near
 from guard.job.adapter import Adapter, adapter_tensors, resolve_targets, supports
 from guard.job.architecture import Architecture
 from guard.job.ddp_weights import weights_dtype
+from guard.job.deepspeed_values import cpu_optimizer_forced
 from guard.job.param_groups import hf_tensors
 from guard.job.trainer_optim import TORCH_ADAMW, named
 from guard.job.finetune_config import FineTuneConfig
@@ -17,6 +18,22 @@ from guard.job.world import World
 # the dtype bitsandbytes stores packed 4-bit weights as: LLaMA-Factory quantization.py and axolotl loaders/model.py
 # set bnb_4bit_quant_storage to the compute dtype ("crucial for fsdp+qlora"); TRL leaves bitsandbytes' uint8
 QUANT_STORAGE = {"llamafactory": None, "axolotl": "bf16", "trl": "uint8"}
+# trainer options that change GPU memory and that guard names rather than prices (each with its key and line)
+UNPRICED_OPTIONS = {
+    "liger": "Liger kernels (the fused linear cross entropy never holds the whole logits; fused RMSNorm, SwiGLU and "
+             "RoPE save other tensors): transformers' own layers are priced",
+    "modules_to_save": "modules_to_save (full trainable copies of those modules, with their gradients and optimizer "
+                       "states)",
+    "neftune": "NEFTune (a noised copy of the embedding output)",
+    "torch_compile": "torch.compile (fused kernels save other tensors than eager layers)",
+    "context_parallel": "sequence (context) parallelism: each rank of the group holds its share of the sequence's "
+                        "activations; priced as if one rank held the whole sequence",
+    "tiled_mlp": "tiled MLP (the MLP runs the sequence in tiles: its activations are a tile's)",
+    "activation_offloading": "activation offloading to host memory",
+    "vision": "a vision tower and projector (LLaVA-style multimodal training): the language model alone is priced"}
+# axolotl plugins that replace layers whose memory guard prices (integrations/cut_cross_entropy, liger)
+PLUGINS = {"cut_cross_entropy": "Cut Cross-Entropy (the loss never holds the whole logits)",
+           "liger": "Liger kernels (fused linear cross entropy, RMSNorm, SwiGLU, RoPE)"}
 
 
 def deepspeed_file(ft: FineTuneConfig) -> str | None:
@@ -64,7 +81,8 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
                                     "(looked from the working directory and from this file's folder up)")
     job.hf_ddp = ddp
     job.padded_batches = job.micro_batch > 1 and not _packed(ft)
-    for key, name in (("seq_length", "seq_len"), ("micro_batch", "micro_batch"), ("params_dtype", "bf16")):
+    dtype_key = "fp16" if ft.precision() == "fp16" and "fp16" in ft.written else "bf16"
+    for key, name in (("seq_length", "seq_len"), ("micro_batch", "micro_batch"), ("params_dtype", dtype_key)):
         job.origins[key] = ft.origin(name)
     if ft.gradient_checkpointing:
         job.origins["recompute"] = ft.origin("no_gradient_checkpointing" if ft.dialect.name == "llamafactory"
@@ -72,19 +90,39 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
     job.origins["command"] = Origin("key", f"the {ft.dialect.title} training "
                                     f"{'command' if ft.doc.format == 'argv' else 'config'}", ft.path)
     if job.hf_ddp:
-        job.notes.append("no DeepSpeed file: the HF Trainer runs torch DDP (AdamW from torch, no ZeRO)")
+        job.notes.append("no DeepSpeed file: the HF Trainer runs torch DDP (its own optimizer, no ZeRO)")
     if arch is not None:
-        try:
-            _method(job, ft, arch)
-        except IncompleteJob as err:
-            job.missing["adapter"] = str(err)
-        if job.hf_ddp and job.adapter is None:
-            job.weights_dtype, why = weights_dtype(ft, arch)
-            job.notes.append(f"weights: {why}")
-            if "load_dtype" in ft.written:
-                job.origins["weights_dtype"] = ft.origin("load_dtype")
+        _model_choices(job, ft, arch)
     _optimizer(job, ft, deepspeed if not ddp else None)
+    _unpriced(job, ft)
     return job
+
+
+def _model_choices(job: TrainingJob, ft: FineTuneConfig, arch: Architecture) -> None:
+    """The tuning method, and without DeepSpeed the dtype the full model's weights are kept in."""
+    try:
+        _method(job, ft, arch)
+    except IncompleteJob as err:
+        job.missing["adapter"] = str(err)
+    if job.hf_ddp and job.adapter is None:
+        job.weights_dtype, why = weights_dtype(ft, arch)
+        job.notes.append(f"weights: {why}")
+        if "load_dtype" in ft.written:
+            job.origins["weights_dtype"] = ft.origin("load_dtype")
+
+
+def _unpriced(job: TrainingJob, ft: FineTuneConfig) -> None:
+    """Trainer options that change memory and that guard names rather than prices, each at its key."""
+    for name, feature in UNPRICED_OPTIONS.items():
+        value = ft.get(name)
+        off = value in (None, False, "", [], {}, "none") or (type(value) is int and value <= 1)  # a degree of 1
+        if name in ft.written and not off:
+            job.add_unmodelled(feature, ft.written[name], ft.origin(name))
+    plugins = ft.get("plugins") if "plugins" in ft.written else None
+    for plugin in plugins if isinstance(plugins, list) else []:
+        feature = next((f for key, f in PLUGINS.items() if key in str(plugin).lower()), None)
+        if feature:
+            job.add_unmodelled(f"{feature}: axolotl plugin {plugin}", "plugins", ft.origin("plugins"))
 
 
 def _optimizer(job: TrainingJob, ft: FineTuneConfig, ds_config: dict | None) -> None:
@@ -93,11 +131,7 @@ def _optimizer(job: TrainingJob, ft: FineTuneConfig, ds_config: dict | None) -> 
     opt = named(ft.get("optim") or "adamw_torch_fused")
     key = ft.dialect.keys["optim"]
     if ds_config is not None:
-        offload = ((ds_config.get("zero_optimization") or {}).get("offload_optimizer") or {}) \
-            if isinstance(ds_config.get("zero_optimization"), dict) else {}
-        replaced = isinstance(offload, dict) and str(offload.get("device", "none")) not in ("none", "") and \
-            ds_config.get("zero_force_ds_cpu_optimizer", True) is not False
-        if "optimizer" not in ds_config and not replaced and opt.name not in TORCH_ADAMW:
+        if "optimizer" not in ds_config and not cpu_optimizer_forced(ds_config) and opt.name not in TORCH_ADAMW:
             job.add_unmodelled(f"{key} {opt.name} under DeepSpeed (priced as AdamW)", key, ft.origin("optim"))
         return
     job.trainer_optim = opt.name

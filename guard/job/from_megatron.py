@@ -83,7 +83,7 @@ def read_layout(fv: FlagValues, world: World) -> ParallelLayout:
     vpp = cmd.int_("num_virtual_stages_per_pipeline_rank") if \
         "num_virtual_stages_per_pipeline_rank" in cmd.table.by_dest else None
     return ParallelLayout(
-        ds_pipe=_ds_pipe(fv, pp),
+        ds_pipe=_ds_pipe(fv, pp), stage_blocks=_stage_blocks(fv),
         world=world.size, gpus_per_node=world.gpus_per_node, tp=tp, pp=pp,
         vpp=vpp or 1, virtual_layers=virtual_layers, overlap_p2p=cmd.v("overlap_p2p_comm", True) is not False,
         cp=_int_or_none(cmd, "context_parallel_size"), ep=max(1, ep or 1),
@@ -94,6 +94,18 @@ def read_layout(fv: FlagValues, world: World) -> ParallelLayout:
         account_embedding=cmd.v("account_for_embedding_in_pipeline_split") is True,
         account_loss=cmd.v("account_for_loss_in_pipeline_split") is True,
         layout_string=str(layout_string) if layout_string else None)
+
+
+def _stage_blocks(fv: FlagValues) -> tuple[int, ...] | None:
+    """Yuan 2.0's `--pipeline-model-parallel-method block --pipeline-model-parallel-blocks 2,3,...`."""
+    cmd = fv.cmd
+    if "pipeline_model_parallel_method" not in cmd.table.by_dest or cmd.v("pipeline_model_parallel_method") != "block":
+        return None
+    written = str(cmd.v("pipeline_model_parallel_blocks") or "")
+    try:
+        return tuple(int(part) for part in written.split(",") if part.strip())
+    except ValueError:
+        return ()  # not numbers: the split refuses it
 
 
 def _ds_pipe(fv: FlagValues, pp: int | None) -> tuple[str, bool, bool] | None:
@@ -138,10 +150,21 @@ def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None
 
 
 def _sequence(fv: FlagValues) -> None:
-    seq = fv.int("seq_length", None, field="seq_length")
+    cmd = fv.cmd
+    multimodal = cmd.given("decoder_seq_length") and ("multimodal" in (cmd.program or "") or
+                                                      cmd.given("vision_model_type"))
+    # examples/multimodal/train.py: the language model runs --decoder-seq-length; --seq-length is the vision
+    # encoder's (its image tokens), which guard does not price
+    seq = fv.int("decoder_seq_length" if multimodal else "seq_length", None, field="seq_length")
     if not seq or seq < 1:
-        raise IncompleteJob(f"{fv.cmd.path}: --seq-length is not set: give it in the command or with --seq-length")
+        raise IncompleteJob(f"{cmd.path}: --seq-length is not set: give it in the command or with --seq-length")
     fv.job.seq_length = seq
+    if multimodal:  # the vision encoder itself is named unmodelled where the program is read (accounting.py)
+        fv.job.notes.append(f"the language model is priced at --decoder-seq-length {seq}; --seq-length "
+                            f"{cmd.v('seq_length')} is the vision encoder's")
+    elif cmd.given("decoder_seq_length"):
+        fv.job.add_unmodelled("decoder sequence length of encoder-decoder models (activations)",
+                              "--decoder-seq-length", fv.origin("decoder_seq_length"))
 
 
 def _batch(fv: FlagValues) -> None:
@@ -154,7 +177,15 @@ def _batch(fv: FlagValues) -> None:
     gbs = fv.int("global_batch_size", field="global_batch")
     if dp is None:
         job.global_batch = gbs
-        raise IncompleteJob(f"{cmd.path}: the data-parallel size is unknown, so are the microbatches")
+        lay = job.layout
+        unknown = [f"{cmd.option(dest)} (line {cmd.flag_span(dest).line})"
+                   for field, dest in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
+                                       ("cp", "context_parallel_size"), ("ulysses", "ds_sequence_parallel_size"))
+                   if getattr(lay, field) is None and dest in cmd.table.by_dest and cmd.given(dest)]
+        why = f"{', '.join(unknown)} {'are' if len(unknown) > 1 else 'is'} not known statically" if unknown else \
+            f"TP x PP x CP = {lay.model_parallel} does not divide the world of {lay.world}"
+        raise IncompleteJob(f"{cmd.path}: the data-parallel size is unknown ({why}), so are the microbatches: give "
+                            "them literally")
     job.global_batch = gbs or job.micro_batch * dp  # validate_args' default
     if job.global_batch % (job.micro_batch * dp):
         raise IncompleteJob(f"{cmd.path}: --global-batch-size {job.global_batch} is not divisible by micro batch "

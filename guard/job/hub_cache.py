@@ -32,9 +32,13 @@ def offline(flag: bool = False) -> bool:
 
 
 def cached_config(repo_id: str, revision: str | None = None) -> Path | None:
-    """The cached config.json of `repo_id` at `revision` (default main), as huggingface_hub lays it out:
-    models--org--name/refs/<revision> holds a commit, snapshots/<commit>/config.json the file. A revision that is
-    itself a commit names its snapshot directly; with no ref, the newest snapshot holding a config.json."""
+    return cached_file(repo_id, "config.json", revision)
+
+
+def cached_file(repo_id: str, filename: str, revision: str | None = None) -> Path | None:
+    """A cached file of `repo_id` at `revision` (default main), as huggingface_hub lays it out:
+    models--org--name/refs/<revision> holds a commit, snapshots/<commit>/<filename> the file. A revision that is
+    itself a commit names its snapshot directly; with no ref, the newest snapshot holding the file."""
     if not REPO_ID.match(repo_id):
         return None
     folder = cache_dir() / ("models--" + repo_id.replace("/", "--"))
@@ -43,11 +47,11 @@ def cached_config(repo_id: str, revision: str | None = None) -> Path | None:
         return None
     ref = folder / "refs" / (revision or "main")
     commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
-    if commit and (snapshots / commit / "config.json").is_file():
-        return snapshots / commit / "config.json"
+    if commit and (snapshots / commit / filename).is_file():
+        return snapshots / commit / filename
     if revision and ref.is_file():
         return None  # the revision asked for is not cached: another snapshot would be another model version
-    found = [p / "config.json" for p in snapshots.iterdir() if (p / "config.json").is_file()]
+    found = [p / filename for p in snapshots.iterdir() if (p / filename).is_file()]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 

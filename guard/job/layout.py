@@ -47,6 +47,7 @@ class ParallelLayout:
     # Megatron-DeepSpeed's GPTModelPipe: DeepSpeed partitions the layers (guard/job/deepspeed_pipe.py):
     # (partition_method, BigScience's spec list, embeddings tied); None: megatron-core's split
     ds_pipe: tuple[str, bool, bool] | None = None
+    stage_blocks: tuple[int, ...] | None = None  # Yuan 2.0's --pipeline-model-parallel-method block: layers per stage
 
     # -- derived sizes ------------------------------------------------------------------------------
     @property
@@ -127,7 +128,7 @@ class ParallelLayout:
         LayoutError with megatron's reason when it cannot."""
         return split(num_layers, SplitAsk(self.pp or 1, self.vpp, self.virtual_layers, self.first_stage_layers,
                                           self.last_stage_layers, self.account_embedding, self.account_loss,
-                                          self.layout_string, self.overlap_p2p, self.ds_pipe))
+                                          self.layout_string, self.overlap_p2p, self.ds_pipe, self.stage_blocks))
 
     def as_dict(self) -> dict[str, int | None]:
         return {"world_size": self.world, "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,

@@ -43,15 +43,18 @@ def resolve(name: str, base_dir: str = ".", *, offline: bool = False,
     cached = hub_cache.cached_config(name, revision)
     if cached is not None:
         return hf_config.load(str(cached)), f"the Hugging Face cache ({cached})"
-    known = _known(name)
-    if known is not None:
-        return known
+    found = known(name)
+    if found is not None:
+        return found
     if not hub_cache.offline(offline):
         fetched, why_not = hub_cache.download_config(name, revision)
         if fetched is not None:
             return hf_config.load(str(fetched)), f"the Hub (config.json, cached at {fetched})"
     else:
         why_not = "the Hub was not asked (--offline / HF_HUB_OFFLINE)"
+    if not _hub_id(name):  # a path on some other machine (`/mnt/ckpt/llama`): only a config.json can stand in
+        raise UnknownModel(f"model {name!r} is not a folder on this machine: give --hf-config path/to/config.json "
+                           "(the model's own), or --model NAME (guard estimate --list-models)")
     raise UnknownModel(
         f"model {name!r} is not a local folder with a config.json, not in the Hugging Face cache "
         f"({hub_cache.cache_dir()}) and not in guard's catalog; {why_not}: give --hf-config path/to/config.json, "
@@ -59,7 +62,12 @@ def resolve(name: str, base_dir: str = ".", *, offline: bool = False,
         f"(huggingface-cli download {name} config.json)")
 
 
-def _known(name: str) -> tuple[Architecture, str] | None:
+def _hub_id(name: str) -> bool:
+    """`org/name` as the Hub spells it (not a path: no leading /, ~ or ., one slash)."""
+    return bool(hub_cache.REPO_ID.match(name)) and name.count("/") == 1 and not name.startswith((".", "~"))
+
+
+def known(name: str) -> tuple[Architecture, str] | None:
     """The catalog's entry or a preset, for the name or the base model of a chat/instruct variant."""
     key = name.strip().lower()
     for candidate, how in ((key, ""), (VARIANT.sub("", key), f" (the base model of {name})")):

@@ -51,6 +51,7 @@ class SplitAsk:
     layout_string: str | None = None
     overlap_p2p: bool = True  # --overlap-p2p-communication (the interleaved schedule needs PP > 2 without it)
     ds_pipe: tuple[str, bool, bool] | None = None  # DeepSpeed partitions GPTModelPipe (deepspeed_pipe.py)
+    stage_blocks: tuple[int, ...] | None = None  # layers per stage, written out (Yuan 2.0's block method)
 
 
 def even_chunks(num_layers: int, pp: int, vpp: int = 1, per_stage: list[int] | None = None) -> list[list[Chunk]]:
@@ -113,6 +114,13 @@ def split(num_layers: int, ask: SplitAsk) -> list[list[Chunk]]:
                           "positive)")
     if ask.layout_string:
         return from_layout_string(ask.layout_string, pp, num_layers)
+    if ask.stage_blocks is not None:
+        # Yuan 2.0 megatron/model/transformer.py _get_num_layers: stage i builds blocks[i] layers
+        if len(ask.stage_blocks) != pp or sum(ask.stage_blocks) != num_layers or min(ask.stage_blocks) < 1:
+            raise LayoutError(f"--pipeline-model-parallel-blocks {','.join(map(str, ask.stage_blocks))} must give "
+                              f"{pp} positive counts that add up to num_layers ({num_layers})", "uneven",
+                              "layout.stage_blocks")
+        return even_chunks(num_layers, pp, 1, list(ask.stage_blocks))
     if ask.ds_pipe and pp > 1:  # no even-split requirement: DeepSpeed's PipelineModule balances the specs
         from guard.job.deepspeed_pipe import stage_layers
 

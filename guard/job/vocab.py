@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from guard.job.hub_cache import cached_file
+from guard.job.protobuf_wire import fields
 
 GPT2_VOCAB = 50257  # entries of GPT-2's vocab.json, the file Megatron-LM main downloads when none is given
 TIKTOKEN_FALLBACK = 2**17  # CustomTikTokenizer / TikTokenTokenizer when --vocab-size is not given
@@ -168,10 +171,12 @@ class _Sizer:
 
     def huggingface(self, tokenizer: str) -> tuple[int, str, bool]:
         """len(AutoTokenizer) from a local tokenizer.json: model vocabulary plus added tokens it lacks."""
-        name = self.args.tokenizer_model
-        if (path := self.find(name)) is None:
-            raise _Unreadable(f"{name!r} is not a file or folder on this machine (a Hugging Face hub name? guard "
-                              "reads no network)" if name else "no --tokenizer-model given")
+        name = self.args.tokenizer_model  # a path, or a Hub name: its tokenizer.json where huggingface_hub caches it
+        path = self.find(name) or (cached_file(name, "tokenizer.json") if name else None)
+        if path is None:
+            raise _Unreadable(f"{name!r} is neither a file or folder on this machine nor a Hub name whose "
+                              f"tokenizer.json is in the Hugging Face cache (huggingface-cli download {name} "
+                              "tokenizer.json)" if name else "no --tokenizer-model given")
         shown = name or ""
         if path.is_dir():
             path, shown = path / "tokenizer.json", f"{shown.rstrip('/')}/tokenizer.json"
@@ -253,48 +258,18 @@ def _sp_model(path: Path, shown: str | None) -> tuple[list[tuple[str, int]], dic
     pieces: list[tuple[str, int]] = []
     spec: dict[int, str] = {}
     try:
-        for field, value in _fields(_read(path, shown)):
+        for field, value in fields(_read(path, shown)):
             if field == 1 and isinstance(value, bytes):
-                parts = dict(_fields(value))
+                parts = dict(fields(value))
                 piece, kind = parts.get(1), parts.get(3, 1)  # SentencePiece.piece, .type (NORMAL by default)
                 if not isinstance(piece, bytes) or not isinstance(kind, int):
                     raise ValueError("not a piece")
                 pieces.append((piece.decode("utf-8"), kind))
             elif field == 2 and isinstance(value, bytes):
-                spec.update({k: v.decode("utf-8") for k, v in _fields(value) if 45 <= k <= 48
+                spec.update({k: v.decode("utf-8") for k, v in fields(value) if 45 <= k <= 48
                              and isinstance(v, bytes)})
     except (ValueError, TypeError, UnicodeDecodeError):
         raise _Unreadable(f"{shown} is not a sentencepiece model") from None
     if not pieces:
         raise _Unreadable(f"{shown} is not a sentencepiece model (no pieces)")
     return pieces, spec
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """(field number, value) of a protobuf message: varints as int, length-delimited as bytes."""
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        wire, value = key & 7, None
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 2:
-            length, start = _varint(data, pos)
-            value, pos = data[start:start + length], start + length
-        elif wire in (1, 5):  # fixed64 / fixed32 (a piece's float score): not needed
-            pos += 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        if pos > len(data):
-            raise ValueError("truncated")
-        if value is not None:
-            yield key >> 3, value
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(data) and shift < 64:
-        value, pos, shift = value | (data[pos] & 0x7F) << shift, pos + 1, shift + 7
-        if not data[pos - 1] & 0x80:
-            return value, pos
-    raise ValueError("bad varint")

@@ -16,6 +16,7 @@ from guard.launchers.chain import Launch, find_launches
 from guard.launchers.record import WorldReading
 from guard.shell.located import LText
 from guard.shell.model import Heredoc, Script
+from guard.shell.redirections import PLACEHOLDER
 
 # Flags only Megatron-DeepSpeed defines: their presence selects its flag table.
 DEEPSPEED_MARKERS = {"--deepspeed", "--deepspeed_config", "--deepscale", "--zero-stage", "--num-key-value-heads",
@@ -116,9 +117,23 @@ def _bare_launch(script: Script) -> list[Launch]:
     return out
 
 
+def _as_filled(path: str, text: str) -> Script:
+    """The script as bash reads it; where a template placeholder (`<Specify path>`) breaks it (a syntax error, or
+    redirections), the script read as if each were filled in (a word of the same length, so every position holds),
+    keeping what the first reading found about the placeholders: the template's real errors are still found."""
+    script = interpret(path, text)
+    filled = PLACEHOLDER.sub(lambda m: "{" + m.group(1).replace(" ", "_") + "}", text)
+    if filled == text or not any(f.kind in ("syntax", "placeholder") for f in script.findings):
+        return script
+    again = interpret(path, filled)
+    again.findings = [f for f in script.findings if f.kind in ("syntax", "placeholder")] + \
+        [f for f in again.findings if f.kind not in ("syntax", "placeholder")]
+    return again
+
+
 def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> ScriptResult:
     result = ScriptResult()
-    script = interpret(path, text)
+    script = _as_filled(path, text)
     result.script = script
     for finding in script.findings:
         kind = finding.kind if finding.kind in ("syntax", "placeholder") else "source"

@@ -20,6 +20,7 @@ FAMILIES = (
     "accelerate",
     "finetune",
     "finetune_trainer",
+    "finetune_pair",
     "mlm_args",
     "mlm_parallel",
     "mlm_shape",

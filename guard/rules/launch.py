@@ -83,10 +83,10 @@ PLACEHOLDER = rule(
     "SH004", "template-placeholder", "warning",
     "A template placeholder such as `<path>` is left in a command.",
     what="Finds `<name>` written in a command: bash reads it as redirections (`< name` and `> next-word`), "
-         "so the command stops with `name: No such file or directory` before it starts. The command is not "
-         "judged, since its words are not the ones meant.",
+         "so the command stops with `name: No such file or directory` before it starts. The command is then "
+         "judged as if each placeholder were filled in, so the template's real flag errors are still found.",
     why="Launch scripts copied from a README keep placeholders such as `<path to data>` or `--save <ckpt>`; "
-        "the job fails at once, and checking the pieces would report problems that are not there.",
+        "the job fails at once.",
     example="torchrun pretrain_gpt.py --load <checkpoint> --num-layers 24",
     use_instead="torchrun pretrain_gpt.py --load /ckpt/gpt --num-layers 24",
 )

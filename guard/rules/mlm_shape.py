@@ -148,7 +148,8 @@ SPLIT_FLAGS = {"arch.num_layers": "num_layers", "layout.pp": "pipeline_model_par
                "layout.virtual_layers": "num_layers_per_virtual_pipeline_stage",
                "layout.layout_string": "pipeline_model_parallel_layout",
                "layout.first_stage_layers": "decoder_first_pipeline_num_layers",
-               "layout.last_stage_layers": "decoder_last_pipeline_num_layers"}
+               "layout.last_stage_layers": "decoder_last_pipeline_num_layers",
+               "layout.stage_blocks": "pipeline_model_parallel_blocks"}
 SPLIT_RULES = {"even": LAYERS_PP, "virtual": VIRTUAL, "uneven": UNEVEN}
 
 

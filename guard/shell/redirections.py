@@ -57,7 +57,8 @@ class Redirections:
         where = src.literal_range(start, start + len(found.group(0).encode())).span()
         self.script.findings.append(Finding(
             "placeholder", f"{found.group(0)} is a template placeholder: bash reads it as redirections (input from "
-            f"a file {found.group(1).split()[0]!r}), so the command fails before it starts; it is not judged",
+            f"a file {found.group(1).split()[0]!r}), so the command fails before it starts; guard judges it as if "
+            "the placeholder were filled in",
             where, src.path))
         return True
 
