@@ -95,7 +95,8 @@ def build(entries: list[dict], files: Files) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--copies", type=Path, help="folder laid out as DIR/<owner>+<name>/<commit>/<path>")
-    parser.add_argument("--out", type=Path, default=OUTPUT, help="where to write the catalog (default: the shipped one)")
+    parser.add_argument("--out", type=Path, default=OUTPUT,
+                        help="where to write the catalog (default: the shipped one)")
     args = parser.parse_args()
     entries = yaml.safe_load(SOURCES.read_text())
     catalog = build(entries, Files(args.copies))

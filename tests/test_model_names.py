@@ -171,3 +171,13 @@ def test_a_hub_tokenizer_is_counted_from_its_cached_tokenizer_json(cache, tmp_pa
     script.write_text(script.read_text().replace("acme/tok", "acme/absent"))
     code, _, err = run_guard("estimate", "--isolated", str(script))
     assert code == 2 and "huggingface-cli download acme/absent tokenizer.json" in err
+
+
+def test_guard_check_never_asks_the_hub(cache, monkeypatch, tmp_path):
+    """A pre-commit hook answers at once: check reads the cache and the catalog, never the network."""
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda *a, **k: pytest.fail("check asked the Hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    config = tmp_path / "sft.yaml"
+    config.write_text("model_name_or_path: acme/unknown-model\nstage: sft\nfinetuning_type: lora\ncutoff_len: 512\n")
+    code, _, err = run_guard("check", "--isolated", str(config))
+    assert code in (0, 1) and "Traceback" not in err

@@ -136,7 +136,8 @@ def test_a_templates_real_errors_are_found_past_its_placeholders():
 
     from conftest import FIXTURES, run_guard
 
-    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(FIXTURES / "templates" / "template_typo.sh"))
+    script = str(FIXTURES / "script_reading" / "template_typo.sh")
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", script)
     found = sorted(f"{d['code']}@{d['line']}:{d['col']}" for d in json.loads(out) if d["severity"] == "error")
     assert code == 1 and found == ["MLM001@6:3", "SH001@2:31"]
 
@@ -148,7 +149,7 @@ def test_computed_values_are_followed_or_named_unknown():
 
     from conftest import FIXTURES, run_guard
 
-    script = str(FIXTURES / "templates" / "computed_values.sh")
+    script = str(FIXTURES / "script_reading" / "computed_values.sh")
     code, out, _ = run_guard("check", "--isolated", "--format", "json", script)
     unknown = [d["message"] for d in json.loads(out) if d["code"] == "MLM010"]
     assert len(unknown) == 1 and "--tensor-model-parallel-size $TP" in unknown[0]

@@ -326,8 +326,10 @@ def test_huggingface_tokenizer_json(tokenizer, builder, model, special, expected
 
 def test_huggingface_hub_name_is_unknown(tmp_path):
     result = size_of("HuggingFaceTokenizer", tokenizer_model="meta-llama/Llama-2-7b-hf")
-    assert result.size is None and "'meta-llama/Llama-2-7b-hf' is not a file or folder" in result.reason
-    assert "hub name" in result.reason and "--vocab-size" in result.reason
+    # not on disk, not in the (empty, in tests) Hugging Face cache: the refusal says how to put it there
+    assert result.size is None and "'meta-llama/Llama-2-7b-hf' is neither a file or folder" in result.reason
+    assert "huggingface-cli download meta-llama/Llama-2-7b-hf tokenizer.json" in result.reason
+    assert "--vocab-size" in result.reason
     no_json = size_of("HuggingFaceTokenizer", tokenizer_model=str(tmp_path))
     assert no_json.size is None and "has no tokenizer.json" in no_json.reason
     assert "no --tokenizer-model given" in size_of("HuggingFaceTokenizer").reason

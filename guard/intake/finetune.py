@@ -78,7 +78,8 @@ def _model(ft: FineTuneConfig, request: Request) -> tuple[Architecture | None, s
     """The model the config names: a local folder's config.json or a known preset; else why not (one line)."""
     name = ft.get("model")
     if not isinstance(name, str) or not name:
-        return None, f"{ft.path}: no {ft.dialect.keys['model']}: give --hf-config or --model", Origin("default", "model")
+        return None, f"{ft.path}: no {ft.dialect.keys['model']}: give --hf-config or --model", \
+            Origin("default", "model")
     try:
         arch, found = model_ref.resolve(name, os.path.dirname(ft.path), offline=request.offline)
     except InputError as err:

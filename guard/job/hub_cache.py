@@ -1,4 +1,5 @@
-"""A Hub model's config.json where huggingface_hub keeps it: the cache folder, a ref's snapshot, or the Hub itself."""
+"""A Hub model's files where huggingface_hub keeps them (the cache folder, a ref's snapshot), or its config.json from
+the Hub itself."""
 
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ def cache_dir() -> Path:
 def offline(flag: bool = False) -> bool:
     """--offline, or the variables huggingface_hub and transformers honour (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE)."""
     truthy = ("1", "on", "yes", "true")
-    return flag or any(os.environ.get(v, "").strip().lower() in truthy for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    variables = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return flag or any(os.environ.get(v, "").strip().lower() in truthy for v in variables)
 
 
 def cached_config(repo_id: str, revision: str | None = None) -> Path | None:
+    """The model's config.json in the cache (cached_file)."""
     return cached_file(repo_id, "config.json", revision)
 
 

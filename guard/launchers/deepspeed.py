@@ -98,5 +98,6 @@ DEEPSPEED = Launcher(
     "deepspeed", "deepspeed", executables=("deepspeed", "deepspeed.pt"), modules=("deepspeed.launcher.runner",),
     spelling=SPELLING, read_world=read_world, ranks=(TORCH,),
     agents=("deepspeed", "deepspeed.pt", "deepspeed.launcher.runner", "deepspeed.launcher.launch"),
-    writing=WorldWriting(per_node="--num_gpus", nodes="--num_nodes", blocked_by=("--include", "--hostfile")), refusal=refusal,
+    writing=WorldWriting(per_node="--num_gpus", nodes="--num_nodes", blocked_by=("--include", "--hostfile")),
+    refusal=refusal,
     plugin="guard.plugins.deepspeed.install() before deepspeed.initialize")

@@ -40,8 +40,8 @@ def llamafactory_world(layer: Layer, scope: Scope) -> WorldReading:
                                 "set)")
     if per_node is None or nodes is None:
         unknown = nproc if per_node is None else nnodes
-        return WorldReading(why=f"llamafactory-cli train: {unknown.raw or unknown.text if unknown else 'the device count'}"
-                                " is not known statically")
+        what = unknown.raw or unknown.text if unknown else "the device count"
+        return WorldReading(why=f"llamafactory-cli train: {what} is not known statically")
     why = f"llamafactory-cli train runs torchrun: NNODES {nodes} x NPROC_PER_NODE {per_node}"
     reading = _at(nodes * per_node, why, nproc or visible or nnodes)
     reading.gpus_per_node, reading.nodes = per_node, nodes
@@ -78,7 +78,8 @@ def trl_world(scope: Scope, words: list[LText]) -> WorldReading:
 
 LLAMAFACTORY = Launcher("llamafactory-cli", "llamafactory-cli train", executables=("llamafactory-cli", "lmf"),
                         subcommand="train", read_world=llamafactory_world, ranks=(TORCH,),
-                        agents=("llamafactory-cli", "lmf", *TORCHRUN.agents), plugin="guard.plugins.hf.GuardCallback() in the Trainer",
+                        agents=("llamafactory-cli", "lmf", *TORCHRUN.agents),
+                        plugin="guard.plugins.hf.GuardCallback() in the Trainer",
                         environment=("FORCE_TORCHRUN", "NNODES", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES"))
 AXOLOTL = Launcher("axolotl", "axolotl train", executables=("axolotl",), subcommand="train",
                    agents=("axolotl", "axolotl.cli.main"), plugin="guard.plugins.hf.GuardCallback() in the Trainer")

@@ -117,12 +117,19 @@ def _bare_launch(script: Script) -> list[Launch]:
     return out
 
 
+def _unset(width: int) -> str:
+    """A reference to a variable no script sets, `width` characters wide: `${____}`, or `$___` / `$__` (never `$_`,
+    which bash sets)."""
+    return "${" + "_" * (width - 3) + "}" if width >= 5 else "$" + "_" * (width - 1)
+
+
 def _as_filled(path: str, text: str) -> Script:
     """The script as bash reads it; where a template placeholder (`<Specify path>`) breaks it (a syntax error, or
-    redirections), the script read as if each were filled in (a word of the same length, so every position holds),
-    keeping what the first reading found about the placeholders: the template's real errors are still found."""
+    redirections), the script read as if each were filled in with a value guard does not know (an unset variable of
+    the same width, so every position holds), keeping what the first reading found about the placeholders: the
+    template's real errors are still found, and nothing is judged from the placeholder's text."""
     script = interpret(path, text)
-    filled = PLACEHOLDER.sub(lambda m: "{" + m.group(1).replace(" ", "_") + "}", text)
+    filled = PLACEHOLDER.sub(lambda m: _unset(len(m.group(0))), text)
     if filled == text or not any(f.kind in ("syntax", "placeholder") for f in script.findings):
         return script
     again = interpret(path, filled)

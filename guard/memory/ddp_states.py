@@ -1,8 +1,8 @@
 """Model states of a full fine-tuning job under the HF Trainer without DeepSpeed: torch DDP and torch's AdamW.
 
-No engine casts the weights and no optimizer keeps a master copy (the optimizer's states: trainer_optim.py). The weights stay in the dtype the trainer loaded
+No engine casts the weights and no optimizer keeps a master copy. The weights stay in the dtype the trainer loaded
 them in (guard/job/ddp_weights.py); autograd's gradients match them; torch's AdamW creates exp_avg and exp_avg_sq
-with zeros_like(param) (torch/optim/adam.py _init_group), so in that dtype too. DDP's reducer keeps its gradient
+with zeros_like(param) (torch/optim/adam.py _init_group), so in that dtype too (other optimizers: trainer_optim.py). DDP's reducer keeps its gradient
 buckets beside the gradients (gradient_as_bucket_view False: accelerate's DistributedDataParallelKwargs default)
 when more than one rank trains. The foreach AdamW (optim adamw_torch) allocates sqrt(exp_avg_sq) as new tensors
 during the step (_multi_tensor_adam: torch._foreach_sqrt); the fused one (adamw_torch_fused, transformers' default

@@ -47,7 +47,8 @@ CPU_OPTIMIZER = rule(
         "adamw_mode=False: L2 weight decay instead of decoupled.",
     example="# train.yaml\noptim: adamw_bnb_8bit\ndeepspeed: ds.json\n# ds.json\n"
             "{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
-    use_instead="# ds.json\n{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"betas\": \"auto\"}}, "
+    use_instead="# ds.json\n{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", "
+                "\"betas\": \"auto\"}}, "
                 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
     references=(ACCELERATE_CPU_OPTIM, HF_OPTIM_SCHED),
 )

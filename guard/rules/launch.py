@@ -84,7 +84,8 @@ PLACEHOLDER = rule(
     "A template placeholder such as `<path>` is left in a command.",
     what="Finds `<name>` written in a command: bash reads it as redirections (`< name` and `> next-word`), "
          "so the command stops with `name: No such file or directory` before it starts. The command is then "
-         "judged as if each placeholder were filled in, so the template's real flag errors are still found.",
+         "judged as if each placeholder were filled in with a value guard does not know, so the template's real "
+         "flag errors are still found.",
     why="Launch scripts copied from a README keep placeholders such as `<path to data>` or `--save <ckpt>`; "
         "the job fails at once.",
     example="torchrun pretrain_gpt.py --load <checkpoint> --num-layers 24",
