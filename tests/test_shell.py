@@ -155,3 +155,40 @@ def test_computed_values_are_followed_or_named_unknown():
     assert len(unknown) == 1 and "--tensor-model-parallel-size $TP" in unknown[0]
     code, _, err = run_guard("estimate", "--isolated", script)
     assert code == 2 and "--tensor-model-parallel-size (line 7) is not known statically" in err
+
+
+def test_a_script_driven_by_its_arguments_gets_one_refusal_naming_each():
+    """TP=$1 PP=$2 GBS=$3 SEQ=$4: every value the memory model reads is named with the argument it comes from, in
+    one refusal, not one per run."""
+    from conftest import FIXTURES, run_guard
+
+    code, _, err = run_guard("estimate", "--isolated", str(FIXTURES / "script_reading" / "positional.sh"))
+    assert code == 2 and err.count("\n") == 1
+    for written in ("--tensor-model-parallel-size $1", "--pipeline-model-parallel-size $2",
+                    "--global-batch-size $3", "--seq-length $4"):
+        assert written in err
+
+
+@pytest.mark.parametrize("form", [
+    'CMD="torchrun --nproc-per-node 2 {job}"\neval $CMD\n',
+    'CMD="torchrun --nproc-per-node 2 {job}"\nbash -c "$CMD"\n',
+    'CMD="torchrun --nproc-per-node 2 {job}"\nsrun --ntasks 1 bash -c "$CMD"\n',
+    'ARGS=(--nproc-per-node 2 {job})\ntorchrun "${{ARGS[@]}}"\n',
+    'launch() {{\n  torchrun --nproc-per-node 2 "$@"\n}}\nlaunch {job}\n',
+    'launch() {{\n  local np=$1\n  shift\n  torchrun --nproc-per-node $np "$@"\n}}\nlaunch 2 {job}\n'])
+def test_commands_assembled_in_strings_arrays_and_functions_are_followed(tmp_path, form):
+    """eval, bash -c, srun ... bash -c, "${ARGS[@]}" and a shell function forwarding "$@": the training command is
+    found and its flag typo reported where it is written."""
+    import json
+
+    from conftest import run_guard
+
+    job = ("pretrain_gpt.py --num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 "
+           "--max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000 --tensor-model-paralel-size 1")
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\n" + form.format(job=job))
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(script))
+    typo = [d for d in json.loads(out) if d["code"] == "MLM001"]
+    assert code == 1 and len(typo) == 1 and "--tensor-model-paralel-size" in typo[0]["message"]
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "paralel" in text)
+    assert typo[0]["line"] == line

@@ -49,10 +49,16 @@ class FlagValues:
         cmd = self.cmd
         names = [dest] + [d for d in cmd.table.by_dest if d != dest and cmd.given(d) and not cmd.known(d)
                           and (megatron_class(d) is not None and megatron_class(d).effect == READ)]
-        where = ", ".join(f"{cmd.option(d)} (line {cmd.flag_span(d).line})" for d in names)
+        where = ", ".join(f"{cmd.option(d)} {self._written(d)}(line {cmd.flag_span(d).line})" for d in names)
         return (f"{cmd.path}: {'values' if len(names) > 1 else 'a value'} guard cannot resolve: {where}; "
                 f"give {'them' if len(names) > 1 else 'it'} literally (a script driven by its arguments: write them "
                 "into a copy)")
+
+    def _written(self, dest: str) -> str:
+        """The unresolved value as the script writes it (`$bs `), or nothing."""
+        occ = self.cmd.args.last(dest)
+        values = [t.describe() for t in occ.values if not t.resolved] if occ is not None else []
+        return f"{values[0]} " if values else ""
 
     def int(self, dest: str, base: int | None = None, need: str = "", field: str | None = None) -> int | None:
         value = self.value(dest, base, field)

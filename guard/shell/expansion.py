@@ -26,6 +26,11 @@ class Expander:
             return self.expand(src, node).split()
         if node.type == "string":
             named = [c for c in node.children if c.is_named]
+            if len(named) == 1 and named[0].type in ("simple_expansion", "expansion") and \
+                    any(c.type == "special_variable_name" and c.text == "@" for c in named[0].children):
+                var = self.vars.get("@")  # "$@" in a function: one word per argument, not split
+                if var is not None and isinstance(var.value, list):
+                    return list(var.value)
             if len(named) == 1 and named[0].type == "expansion":
                 sub = next((c for c in named[0].children if c.type == "subscript"), None)
                 if sub is not None and len(sub.children) >= 3 and sub.children[2].text == "@":
@@ -63,7 +68,8 @@ class Expander:
                 return None
             name = sub.children[0].text
         elif node.type == "simple_expansion" or len([c for c in node.children if c.is_named]) == 1:
-            name = next((c.text for c in node.children if c.type == "variable_name"), "")
+            name = next((c.text for c in node.children if c.type == "variable_name"
+                         or (c.type == "special_variable_name" and c.text in ("@", "*"))), "")
         else:
             return None
         var = self.vars.get(name)

@@ -18,6 +18,7 @@ from guard.shell.syntax import Node, Source, parse
 
 MAX_SOURCE_DEPTH = 8
 MAX_CALL_DEPTH = 16
+POSITIONAL = ("@", "*", "#", *map(str, range(1, 10)))  # what a function call binds and puts back
 EVAL_STOP = re.compile(r"^(\d*>>?|&>>?|\d*<|\||\|\||&&?|;|\d*>&\d+)")
 IGNORED_COMMANDS = {"echo", "printf", "mkdir", "cd", "set", "unset", "shift", "exit", "return", "true",
                     "false", "sleep", "rm", "cp", "mv", "ln", "chmod", "touch", "wait", "trap", "ulimit",
@@ -187,10 +188,11 @@ class Interpreter(Expander, Conditions, Redirections, Slurm):
             self._source(src, words[1], depth)
             return
         if name in self.functions and self.depth < MAX_CALL_DEPTH:
-            self.depth += 1
-            body = self.functions[name]
-            self._block(src, [c for c in body.children if c.is_named], depth)
-            self.depth -= 1
+            self._call(src, node, name, words[1:], depth)
+            return
+        if name == "shift" and isinstance(getattr(self.vars.get("@"), "value", None), list):
+            count = int(words[1].text) if len(words) > 1 and words[1].text.isdigit() else 1
+            self._bind(self.vars["@"].value[count:], src.span(node))  # `shift` in a function: $2.. become $1..
             return
         if name == "exit":
             self.exited = True
@@ -205,6 +207,31 @@ class Interpreter(Expander, Conditions, Redirections, Slurm):
             words = words[1:]
         self.script.commands.append(Command(self.prefix + words, {**self.prefix_env, **env}, src.span(node),
                                             src.path, self.condition))
+
+    def _call(self, src: Source, node: Node, name: str, args: list[LText], depth: int) -> None:
+        """A shell function's body with its arguments as $1.., $@ and $# (`launch() { torchrun "$@"; }`), the
+        caller's positional parameters put back after it."""
+        saved = {k: self.vars.get(k) for k in POSITIONAL}
+        self._bind(args, src.span(node))
+        self.depth += 1
+        body = self.functions[name]
+        self._block(src, [c for c in body.children if c.is_named], depth)
+        self.depth -= 1
+        for key, var in saved.items():
+            if var is None:
+                self.vars.pop(key, None)
+            else:
+                self.vars[key] = var
+
+    def _bind(self, args: list[LText], span) -> None:
+        """$@, $*, $# and $1..$9 for these arguments."""
+        self.vars["@"] = self.vars["*"] = Var(list(args), span)
+        self.vars["#"] = Var(LText.plain(str(len(args)), None, ""), span)
+        for i in range(1, 10):
+            if i <= len(args):
+                self.vars[str(i)] = Var(args[i - 1], span)
+            else:
+                self.vars.pop(str(i), None)
 
     def _shell_string(self, src: Source, words: list[LText], env: dict[str, LText]) -> bool:
         """`srun bash -c "$LAUNCHER $CMD"`: the string is read as a script run by a new shell, which sees the
