@@ -192,3 +192,36 @@ def test_commands_assembled_in_strings_arrays_and_functions_are_followed(tmp_pat
     assert code == 1 and len(typo) == 1 and "--tensor-model-paralel-size" in typo[0]["message"]
     line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "paralel" in text)
     assert typo[0]["line"] == line
+
+
+def test_an_exit_after_an_operator_does_not_end_the_script(tmp_path):
+    """`mkdir -p X || { echo ...; exit 1; }` and `[ -z "$X" ] && exit`: guards against failure; bash goes on when
+    the left side decides so, and the training command after them is read (it was dropped before)."""
+    from conftest import run_guard
+
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\nmkdir -p /tmp/logs || {\n  echo cannot\n  exit 1\n}\n[ -z \"$HOME\" ] && exit 2\n"
+                      "(cd /tmp && exit 0)\n"
+                      "torchrun --nproc-per-node 2 pretrain_gpt.py --num-layers 2 --tensor-model-paralel-size 1\n")
+    code, out, _ = run_guard("check", "--isolated", str(script))
+    assert code == 1 and "run.sh:8:60: MLM001" in out
+
+
+def test_a_job_submitted_as_an_sbatch_heredoc_is_read_with_its_directives(tmp_path):
+    """`sbatch <<EOF ... EOF`: the heredoc, expanded by the submitting shell (the delimiter is not quoted), is the
+    batch script: its #SBATCH lines give srun its tasks (2 nodes x 8) and its command is judged."""
+    import json
+
+    from conftest import run_guard
+
+    script = tmp_path / "submit.sh"
+    script.write_text(
+        "#!/bin/bash\nTP=4\nCMD=\"python pretrain_gpt.py --num-layers 2 --hidden-size 128 --num-attention-heads 4 "
+        "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000 "
+        "--tensor-model-parallel-size $TP --pipeline-model-parallel-size 3\"\n"
+        "sbatch <<EOF\n#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=8\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        "srun bash -c \"${CMD}\"\nEOF\n")
+    code, out, _ = run_guard("check", "--isolated", "--format", "json", str(script))
+    found = json.loads(out)
+    # TP 4 x PP 3 = 12 does not divide the 16 tasks the directives give (hand count): Megatron refuses it
+    assert code == 1 and any(d["code"] == "MLM101" and "16" in d["message"] for d in found), found

@@ -90,7 +90,16 @@ class Interpreter(Expander, Conditions, Redirections, Slurm):
             self._command(src, node, depth)
         elif kind == "redirected_statement":
             self._redirected(src, node, depth)
-        elif kind in ("pipeline", "list", "compound_statement", "subshell", "program", "do_group"):
+        elif kind in ("list", "subshell"):
+            # `mkdir -p X || { echo ...; exit 1; }`, `[ -z "$X" ] && exit`: what follows an operator runs on a
+            # condition guard does not decide, and a subshell's exit is its own: neither ends the script here
+            named = [c for c in node.children if c.is_named]
+            self._block(src, named[:1] if kind == "list" else [], depth)
+            for child in named[1:] if kind == "list" else named:
+                if not self.exited:
+                    self._statement(src, child, depth)
+                    self.exited = False
+        elif kind in ("pipeline", "compound_statement", "program", "do_group"):
             self._block(src, [c for c in node.children if c.is_named], depth)
         elif kind == "if_statement":
             self._if(src, node, depth)
@@ -240,15 +249,25 @@ class Interpreter(Expander, Conditions, Redirections, Slurm):
         found = shell_string(words)
         if found is None or self.depth >= MAX_CALL_DEPTH:
             return False
-        prefix, string = words[:found[0]], found[1]
+        self._run_string(src, found[1], words[:found[0]], env)
+        return True
+
+    def _run_string(self, src: Source, string: LText, prefix: list[LText], env: dict[str, LText],
+                    batch: bool = False) -> None:
+        """A script held in a string (a `bash -c` argument, a heredoc piped to sbatch) run by a new shell, which sees
+        the exported variables (and the environment: SLURM's, the command's own VAR=x), not the others; each command
+        in it runs behind `prefix`. `batch`: its #SBATCH lines are sbatch's directives."""
         seen = {name: var for name, var in self.vars.items()
                 if var.exported or var.span is None or name.startswith("SLURM_")}
         seen.update({name: Var(value, None, exported=True) for name, value in env.items()})
         child = Interpreter(self.script, seen)
         child.depth, child.condition = self.depth + 1, self.condition
         child.prefix, child.prefix_env = self.prefix + prefix, {**self.prefix_env, **env}
-        child.run_source(EmbeddedSource(string, src.path), string.text, report=False)
-        return True
+        embedded = EmbeddedSource(string, src.path)
+        if batch:
+            child._read_sbatch(string, src.path)
+            child._slurm_environment(src.path)
+        child.run_source(embedded, string.text, report=False)
 
     def _source(self, src: Source, word: LText, depth: int) -> None:
         if not word.resolved:

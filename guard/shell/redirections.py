@@ -12,6 +12,7 @@ from guard.shell.syntax import Node, Source
 # `<name>` / `<path to data>` glued to its `>`: a placeholder left in a template, not two redirections meant
 PLACEHOLDER = re.compile(r"(?<![<\d&])<([A-Za-z_][\w .:/-]*?[\w.:/-])>")
 RENDERERS = {"sed", "envsubst", "cat"}  # commands that write a file from a template (see _render)
+SUBMITTERS = {"sbatch", "bash", "sh"}  # commands that run the script a heredoc hands them on stdin
 
 
 class Redirections:
@@ -39,6 +40,17 @@ class Redirections:
             text = self._heredoc_text(src, content, quoted) if content is not None else LText("", ())
             self.script.heredocs.append(Heredoc(self.expand(src, target), text, src.span(node), src.path))
             return
+        if heredoc is not None and body.type == "command" and body.children and \
+                os.path.basename(body.children[0].text) in SUBMITTERS:
+            # `sbatch <<EOF ... EOF` (or `bash <<EOF`): the heredoc is the script that runs, expanded by this shell
+            # first unless its delimiter is quoted
+            start = next((c for c in heredoc.children if c.type == "heredoc_start"), None)
+            content = next((c for c in heredoc.children if c.type == "heredoc_body"), None)
+            if content is not None:
+                quoted = start is not None and start.text[:1] in ("'", '"')
+                self._run_string(src, self._heredoc_text(src, content, quoted), [], {},
+                                 batch=os.path.basename(body.children[0].text) == "sbatch")
+                return
         self._render(src, node, body)
         self._statement(src, body, depth)
 

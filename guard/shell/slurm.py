@@ -13,9 +13,11 @@ SBATCH = re.compile(r"^#SBATCH\s+(.*)$")
 class Slurm:
     """#SBATCH handling for the Interpreter (fills its script.sbatch and vars)."""
 
-    def _read_sbatch(self, text: str, path: str) -> None:
-        """The directives at the top of the script: sbatch stops reading them at the first command."""
-        for line_no, line in enumerate(text.splitlines(), 1):
+    def _read_sbatch(self, text: str | LText, path: str) -> None:
+        """The directives at the top of the script: sbatch stops reading them at the first command. `text` may be
+        a heredoc (an LText): its lines keep the file's line numbers."""
+        first = text.first[0] if isinstance(text, LText) and text.first is not None else 1
+        for line_no, line in enumerate(str(getattr(text, "text", text)).splitlines(), first):
             stripped = line.strip()
             if stripped and not stripped.startswith("#"):
                 break
