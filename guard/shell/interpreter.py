@@ -7,6 +7,7 @@ import re
 
 from guard.diagnostic import Span
 from guard.shell.bash_errors import first_error
+from guard.shell.calls import Calls
 from guard.shell.conditions import Conditions
 from guard.shell.embedded import SHELLS, EmbeddedSource, shell_string
 from guard.shell.expansion import Expander
@@ -18,7 +19,6 @@ from guard.shell.syntax import Node, Source, parse
 
 MAX_SOURCE_DEPTH = 8
 MAX_CALL_DEPTH = 16
-POSITIONAL = ("@", "*", "#", *map(str, range(1, 10)))  # what a function call binds and puts back
 EVAL_STOP = re.compile(r"^(\d*>>?|&>>?|\d*<|\||\|\||&&?|;|\d*>&\d+)")
 IGNORED_COMMANDS = {"echo", "printf", "mkdir", "cd", "set", "unset", "shift", "exit", "return", "true",
                     "false", "sleep", "rm", "cp", "mv", "ln", "chmod", "touch", "wait", "trap", "ulimit",
@@ -26,7 +26,7 @@ IGNORED_COMMANDS = {"echo", "printf", "mkdir", "cd", "set", "unset", "shift", "e
                     "sed", "awk", "grep", "pushd", "popd", "exec", "time", "umask"}
 
 
-class Interpreter(Expander, Conditions, Redirections, Slurm):
+class Interpreter(Calls, Expander, Conditions, Redirections, Slurm):
     """Runs a script's statements in order, keeping variables, functions and the `if` it is under."""
 
     def __init__(self, script: Script, env: dict[str, Var] | None = None):
@@ -216,31 +216,6 @@ class Interpreter(Expander, Conditions, Redirections, Slurm):
             words = words[1:]
         self.script.commands.append(Command(self.prefix + words, {**self.prefix_env, **env}, src.span(node),
                                             src.path, self.condition))
-
-    def _call(self, src: Source, node: Node, name: str, args: list[LText], depth: int) -> None:
-        """A shell function's body with its arguments as $1.., $@ and $# (`launch() { torchrun "$@"; }`), the
-        caller's positional parameters put back after it."""
-        saved = {k: self.vars.get(k) for k in POSITIONAL}
-        self._bind(args, src.span(node))
-        self.depth += 1
-        body = self.functions[name]
-        self._block(src, [c for c in body.children if c.is_named], depth)
-        self.depth -= 1
-        for key, var in saved.items():
-            if var is None:
-                self.vars.pop(key, None)
-            else:
-                self.vars[key] = var
-
-    def _bind(self, args: list[LText], span) -> None:
-        """$@, $*, $# and $1..$9 for these arguments."""
-        self.vars["@"] = self.vars["*"] = Var(list(args), span)
-        self.vars["#"] = Var(LText.plain(str(len(args)), None, ""), span)
-        for i in range(1, 10):
-            if i <= len(args):
-                self.vars[str(i)] = Var(args[i - 1], span)
-            else:
-                self.vars.pop(str(i), None)
 
     def _shell_string(self, src: Source, words: list[LText], env: dict[str, LText]) -> bool:
         """`srun bash -c "$LAUNCHER $CMD"`: the string is read as a script run by a new shell, which sees the
