@@ -35,12 +35,19 @@ def companions(config_path: str, levels: int = 2) -> list[str]:
                 if seen > MAX_FILES:
                     return found
                 path = os.path.join(root, file)
-                try:
-                    if os.path.getsize(path) <= MAX_BYTES and name in open(path, encoding="utf-8",
-                                                                          errors="replace").read():
-                        relative = os.path.relpath(path)  # said as the user would type it, where it is below
-                        found.append(path if relative.startswith("..") else relative)
-                except OSError:
-                    continue
+                if _names(path, name):
+                    relative = os.path.relpath(path)  # said as the user would type it, where it is below
+                    found.append(path if relative.startswith("..") else relative)
         break
     return found
+
+
+def _names(path: str, name: str) -> bool:
+    """Whether the file (a small text file) mentions `name`."""
+    try:
+        if os.path.getsize(path) > MAX_BYTES:
+            return False
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return name in handle.read()
+    except OSError:
+        return False
