@@ -37,71 +37,67 @@ FULL = {"full, dtype bfloat16": {"full": True, "dtype": "bfloat16", "written": "
                                  "micro_batch": 2, "seq": 64},
         "full, TRL's float32 default": {"full": True, "dtype": "float32", "written": "", "micro_batch": 2, "seq": 64},
         # bitsandbytes' 8-bit AdamW: uint8 states with block scales for tensors of 4096+ elements, fp32 below
-        "full, adamw_bnb_8bit": {"full": True, "dtype": "bfloat16", "written": "dtype: bfloat16\noptim: adamw_bnb_8bit\n",
+        "full, adamw_bnb_8bit": {"full": True, "dtype": "bfloat16",
+                                 "written": "dtype: bfloat16\noptim: adamw_bnb_8bit\n",
                                  "optim": "adamw_bnb_8bit", "micro_batch": 2, "seq": 64}}
 
 
 def _job(tmp: Path, name: str, case: dict):
+    """The job guard reads from a TRL config for the case: full fine-tuning, or LoRA with the case's adapter."""
     folder = tmp / "".join(c if c.isalnum() else "_" for c in name)
     (folder / "model").mkdir(parents=True)
     (folder / "model" / "config.json").write_text(json.dumps(MODEL))
     if case.get("full"):
-        (folder / "sft.yaml").write_text(
-            f"model_name_or_path: {folder / 'model'}\n{case['written']}per_device_train_batch_size: "
-            f"{case['micro_batch']}\nmax_length: {case['seq']}\nbf16: true\noutput_dir: out\n")
-        ft = read(load_document(str(folder / "sft.yaml")))
-        return finetune_subject(ft, Settings(world_size=WORLD, gpus_per_node=WORLD), load=load_document,
-                                arch=from_dict(MODEL, "llama-tiny")).job
-    targets = case["targets"] if isinstance(case["targets"], str) else json.dumps(case["targets"])
+        method = case["written"]
+    else:
+        targets = case["targets"] if isinstance(case["targets"], str) else json.dumps(case["targets"])
+        method = (f"use_peft: true\nlora_r: {case['rank']}\nlora_alpha: {2 * case['rank']}\nlora_dropout: 0.0\n"
+                  f"lora_target_modules: {targets}\n")
     (folder / "sft.yaml").write_text(
-        f"model_name_or_path: {folder / 'model'}\nuse_peft: true\nlora_r: {case['rank']}\n"
-        f"lora_alpha: {2 * case['rank']}\nlora_dropout: 0.0\nlora_target_modules: {targets}\n"
-        f"per_device_train_batch_size: {case['micro_batch']}\nmax_length: {case['seq']}\nbf16: true\n"
-        "output_dir: out\n")
+        f"model_name_or_path: {folder / 'model'}\n{method}per_device_train_batch_size: {case['micro_batch']}\n"
+        f"max_length: {case['seq']}\nbf16: true\noutput_dir: out\n")
     ft = read(load_document(str(folder / "sft.yaml")))
-    return finetune_subject(ft, Settings(world_size=WORLD, gpus_per_node=WORLD), load=load_document, arch=from_dict(MODEL, "llama-tiny")).job
+    return finetune_subject(ft, Settings(world_size=WORLD, gpus_per_node=WORLD), load=load_document,
+                            arch=from_dict(MODEL, "llama-tiny")).job
+
+
+def _priced(tmp: Path, cases: dict):
+    """(label, guard's model-state terms, what the probe measured) per case and rank, on WORLD CPU ranks."""
+    model = {k: v for k, v in MODEL.items() if k != "model_type"}
+    measured = run_torchrun_probe(PROBE, WORLD, {"model": model, "cases": cases}, tmp / "run", 900)
+    for rank, results in enumerate(measured):
+        for name, seen in results.items():
+            job = _job(tmp / f"rank{rank}", name, cases[name])
+            terms = model_states(job, rank_inventory(job, job.chunks[0]), dp_rank=rank).terms
+            yield f"{name} / rank {rank}", terms, seen
+
+
+def _shared(label: str, terms: dict, seen: dict) -> list[Row]:
+    """The components LoRA and full fine-tuning have alike."""
+    return [Row(label, "gradients", terms["gradients"], seen["grads"]),
+            Row(label, "DDP buckets", terms["DDP gradient buckets (a copy of the gradients)"],
+                seen["buckets"], note=f"{seen['bucket_count']} buckets"),
+            Row(label, "optimizer moments", terms["optimizer moments"], seen["moments"])]
 
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("lora_ddp")
-    model = {k: v for k, v in MODEL.items() if k != "model_type"}
-    measured = run_torchrun_probe(PROBE, WORLD, {"model": model, "cases": CASES}, tmp / "run", 900)
     out = []
-    for rank, results in enumerate(measured):
-        for name, seen in results.items():
-            job = _job(tmp / f"rank{rank}", name, CASES[name])
-            terms = model_states(job, rank_inventory(job, job.chunks[0]), dp_rank=rank).terms
-            frozen = sum(v for k, v in terms.items() if k.startswith("frozen base"))
-            label = f"{name} / rank {rank}"
-            out += [Row(label, "frozen base parameters", frozen, seen["params"]["frozen"]),
-                    Row(label, "trainable adapter parameters", terms["trainable adapter parameters"],
-                        seen["params"]["trainable"], note=seen["trainable_dtype"]),
-                    Row(label, "gradients", terms["gradients"], seen["grads"]),
-                    Row(label, "DDP buckets", terms["DDP gradient buckets (a copy of the gradients)"],
-                        seen["buckets"], note=f"{seen['bucket_count']} buckets"),
-                    Row(label, "optimizer moments", terms["optimizer moments"], seen["moments"])]
+    for label, terms, seen in _priced(tmp_path_factory.mktemp("lora_ddp"), CASES):
+        frozen = sum(v for k, v in terms.items() if k.startswith("frozen base"))
+        out += [Row(label, "frozen base parameters", frozen, seen["params"]["frozen"]),
+                Row(label, "trainable adapter parameters", terms["trainable adapter parameters"],
+                    seen["params"]["trainable"], note=seen["trainable_dtype"]), *_shared(label, terms, seen)]
     return out
 
 
 @pytest.fixture(scope="module")
 def full_rows(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("full_ddp")
-    model = {k: v for k, v in MODEL.items() if k != "model_type"}
-    measured = run_torchrun_probe(PROBE, WORLD, {"model": model, "cases": FULL}, tmp / "run", 900)
     out = []
-    for rank, results in enumerate(measured):
-        for name, seen in results.items():
-            job = _job(tmp / f"rank{rank}", name, FULL[name])
-            terms = model_states(job, rank_inventory(job, job.chunks[0]), dp_rank=rank).terms
-            label = f"{name} / rank {rank}"
-            out += [Row(label, "parameters", terms["parameters"], seen["params"]["trainable"],
-                        note=seen["trainable_dtype"]),
-                    Row(label, "gradients", terms["gradients"], seen["grads"]),
-                    Row(label, "DDP buckets", terms["DDP gradient buckets (a copy of the gradients)"],
-                        seen["buckets"], note=f"{seen['bucket_count']} buckets"),
-                    Row(label, "optimizer moments", terms["optimizer moments"], seen["moments"]),
-                    Row(label, "no master copy", sum(v for k, v in terms.items() if "master" in k), 0)]
+    for label, terms, seen in _priced(tmp_path_factory.mktemp("full_ddp"), FULL):
+        out += [Row(label, "parameters", terms["parameters"], seen["params"]["trainable"],
+                    note=seen["trainable_dtype"]), *_shared(label, terms, seen),
+                Row(label, "no master copy", sum(v for k, v in terms.items() if "master" in k), 0)]
     return out
 
 
