@@ -51,7 +51,9 @@ EXTRA_MEGATRON_READ = {"topk", "expert_interval", "enable_expert_tensor_parallel
                        # issue 26: DeepSpeed partitions Megatron-DeepSpeed's pipeline model (BigScience's method)
                        "pp_partition_method", "attention_head_type",
                        # the multimodal language model's sequence (an encoder-decoder's is named unmodelled)
-                       "decoder_seq_length"}
+                       "decoder_seq_length",
+                       # BigScience's fixed padded vocabulary and its Hub tokenizer
+                       "pad_vocab_size_to", "tokenizer_name_or_path"}
 
 # Issue 11's DeepSpeed read list, limited to what the schema (or a free-form section such as optimizer.params) has,
 # and zero_optimization.elastic_checkpoint, which guard/job/from_deepspeed.py reads into the job's ZeRO path keys.

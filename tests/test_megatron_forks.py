@@ -287,3 +287,36 @@ def test_bigcodes_multiquery_attention_is_priced_with_one_kv_head(tmp_path):
         counts[kind] = json.loads(out)["model"]["param_count"]
     hidden, kv, layers = 2048, 128, 24
     assert counts["multihead"] - counts["multiquery"] == layers * (2 * (hidden - kv) * hidden + 2 * (hidden - kv))
+
+
+# BigScience's Megatron-DeepSpeed (the fork BLOOM was trained with): biases on every linear layer (it has no
+# --add-bias-linear), learned absolute positions by default (PositionEmbeddingType.absolute), and the vocabulary
+# padded to --pad-vocab-size-to whatever the tokenizer holds (megatron/tokenizer/tokenizer.py).
+BIGSCIENCE = ("deepspeed --num_gpus 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+              "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 "
+              "--tokenizer-type PretrainedFromHF --tokenizer-name-or-path bigscience/tokenizer "
+              "--pad-vocab-size-to 250880 --fp16 --tensor-model-parallel-size 2\n")
+
+
+def _bigscience_estimate(tmp_path, text: str) -> tuple[int, dict | str]:
+    script = tmp_path / "tr.slurm"
+    script.write_text(text)
+    code, out, err = run_guard("estimate", "--megatron-version", "bigscience-megatron-deepspeed-8387ae1",
+                               "--gpu", "A100-80GB", "--format", "json", str(script))
+    return code, json.loads(out) if code in (0, 1) else err
+
+
+def test_bigscience_model_has_biases_positions_and_the_fixed_vocabulary(tmp_path):
+    code, found = _bigscience_estimate(tmp_path, BIGSCIENCE)
+    h, layers, vocab, seq = 1024, 4, 250880, 2048
+    # per layer: QKV 3h^2 + 3h, projection h^2 + h, fc1 4h^2 + 4h, fc2 4h^2 + h, two LayerNorms 4h;
+    # word embeddings (tied) V x h, positions seq x h, final LayerNorm 2h
+    by_hand = layers * (12 * h * h + 13 * h) + vocab * h + seq * h + 2 * h
+    assert code == 0 and found["model"]["param_count"] == by_hand == 309_385_216
+    assert found["model"]["vocab_padded"] == vocab  # not 251,136: no rounding to 128 x TP on top
+    assert any("--pad-vocab-size-to 250880" in n and "bigscience/tokenizer" in n for n in found["notes"])
+
+
+def test_bigscience_pad_vocab_size_to_the_fork_refuses(tmp_path):
+    code, err = _bigscience_estimate(tmp_path, BIGSCIENCE.replace("250880", "250000"))
+    assert code == 2 and "--pad-vocab-size-to 250000 is not a multiple of --make-vocab-size-divisible-by 128" in err

@@ -319,9 +319,16 @@ def test_sentencepiece_bad_model_is_unknown(tmp_path, content):
     ("MultimodalTokenizer", "core", ".", ("<image>",), 7),  # its _vocab_size is taken before adding them
     ("SFTTokenizer", "legacy", "tokenizer.json", (), 7),
     ("HFTokenizer", "megatron-deepspeed", "tokenizer.json", (), 6),  # transformers' vocab_size: no added tokens
+    ("PretrainedFromHF", "megatron-deepspeed", "tokenizer.json", (), 7),  # BigScience: len(tokenizer)
 ])
 def test_huggingface_tokenizer_json(tokenizer, builder, model, special, expected):
     assert size_of(tokenizer, builder, tokenizer_model=model, special_tokens=special).size == expected
+
+
+def test_bigscience_pretrained_from_hf_adds_its_sentinels():
+    # _AutoTokenizer passes additional_special_tokens=<extra_id_0..n-1> and reports len(tokenizer): 7 + 3
+    assert size_of("PretrainedFromHF", "megatron-deepspeed", tokenizer_model="tokenizer.json",
+                   vocab_extra_ids=3).size == 10
 
 
 def test_huggingface_hub_name_is_unknown(tmp_path):

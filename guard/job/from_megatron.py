@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from guard.job.architecture import Architecture
 from guard.job.flag_values import FlagValues
 from guard.job.layout import ParallelLayout
@@ -140,14 +142,37 @@ def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None
     if arch.heads % arch.query_groups:
         raise IncompleteJob(f"{cmd.path}: --num-attention-heads {arch.heads} is not a multiple of "
                             f"--num-query-groups {arch.query_groups} (see guard check)")
-    if unknown_vocab:
+    divisible = fv.int("make_vocab_size_divisible_by") or 128
+    job.vocab_divisible_by = divisible
+    if (fixed := _fixed_vocab(fv, arch.vocab if not unknown_vocab else None, divisible)) is not None:
+        if unknown_vocab:  # the fork refuses a tokenizer larger than the fixed size, so the rows are known
+            job.arch = arch = replace(arch, vocab=fixed)
+            job.notes.append(f"vocabulary: the tokenizer's size is unknown ({unknown_vocab.split(': ', 1)[-1].split('; give guard')[0]}); "
+                             f"the embedding and output layer have --pad-vocab-size-to {fixed} rows")
+        job.padded_vocab = fixed
+    elif unknown_vocab:
         raise IncompleteJob(unknown_vocab)
+    else:
+        # the tokenizer's size already counts the EOD a NullTokenizer adds, where that Megatron adds one
+        job.padded_vocab = derived.padded_vocab_size(arch.vocab, divisible, job.layout.tp or 1)
     for feature in base.unmodelled if base else ():
         job.add_unmodelled(feature, base.source or "--model / --hf-config")
-    divisible = fv.int("make_vocab_size_divisible_by") or 128
-    # the tokenizer's size already counts the EOD a NullTokenizer adds, where that Megatron adds one
-    job.vocab_divisible_by = divisible
-    job.padded_vocab = derived.padded_vocab_size(arch.vocab, divisible, job.layout.tp or 1)
+
+
+def _fixed_vocab(fv: FlagValues, tokenizer: int | None, divisible: int) -> int | None:
+    """BigScience's --pad-vocab-size-to: the padded size itself (megatron/tokenizer/tokenizer.py
+    _vocab_size_with_padding), which the fork refuses below the tokenizer's size or off --make-vocab-size-divisible-by."""
+    fixed = fv.int("pad_vocab_size_to", None, field="padded_vocab")
+    if fixed is None:
+        return None
+    option = fv.cmd.option("pad_vocab_size_to")
+    if tokenizer is not None and fixed < tokenizer:
+        raise IncompleteJob(f"{fv.cmd.path}: {option} {fixed} is below the tokenizer's {tokenizer} tokens "
+                            "(the fork raises ValueError at start)")
+    if fixed % divisible:
+        raise IncompleteJob(f"{fv.cmd.path}: {option} {fixed} is not a multiple of --make-vocab-size-divisible-by "
+                            f"{divisible} (the fork raises ValueError at start)")
+    return fixed
 
 
 def _sequence(fv: FlagValues) -> None:

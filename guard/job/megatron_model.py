@@ -31,7 +31,7 @@ def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -
         derived.ffn_hidden_size(hidden, swiglu)
     norm = fv.value("normalization", None if not b else ("RMSNorm" if b.norm == "rmsnorm" else "LayerNorm"))
     untie = fv.value("untie_embeddings_and_output_weights", None if not b else not b.tied_embeddings)
-    pos = fv.value("position_embedding_type", b.position_embedding if b else None)
+    pos = _position(fv.value("position_embedding_type", b.position_embedding if b else None))
     if cmd.flavour == "megatron-deepspeed" and cmd.given("use_rotary_position_embeddings"):
         pos = "rope"
     seq = fv.int("seq_length", None) or (b.max_positions if b else 0)
@@ -46,12 +46,31 @@ def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -
         ffn_hidden=ffn, vocab=vocab, max_positions=max_pos, gated_mlp=swiglu,
         norm="rmsnorm" if str(norm).lower() == "rmsnorm" else "layernorm",
         tied_embeddings=not untie, position_embedding=str(pos),
-        linear_bias=bool(fv.value("add_bias_linear", b.linear_bias if b else None)),
+        linear_bias=_linear_bias(fv, b),
         qkv_bias=bool(fv.value("add_qkv_bias", b.qkv_bias if b else None)),
         qk_norm=bool(fv.value("qk_layernorm", b.qk_norm if b else None)),
         hidden_dropout=float(fv.value("hidden_dropout", None) or 0.0),
         attention_dropout=float(fv.value("attention_dropout", None) or 0.0),
         name=(b.name if b else "") or f"GPT from the flags of {cmd.path}", source=cmd.path, **moe), unknown_vocab
+
+
+def _position(value) -> str:
+    """Megatron-LM's names for the position embedding; older forks parse PositionEmbeddingType (absolute, rotary,
+    alibi), whose table default is the enum expression."""
+    if isinstance(value, dict):
+        value = str(value.get("expr", "")).rsplit(".", 1)[-1]
+    return {"absolute": "learned_absolute", "rotary": "rope", "alibi": "none"}.get(str(value), str(value))
+
+
+def _linear_bias(fv: FlagValues, b: Architecture | None) -> bool:
+    """Biases on the linear layers: --add-bias-linear / --disable-bias-linear, epfllm's --use_bias; a fork with
+    neither flag (BigScience's Megatron-DeepSpeed) builds its ColumnParallelLinear/RowParallelLinear with bias."""
+    table = fv.cmd.table.by_dest
+    if "add_bias_linear" in table:
+        return bool(fv.value("add_bias_linear", b.linear_bias if b else None))
+    if "use_bias" in table:
+        return bool(fv.value("use_bias", b.linear_bias if b else None))
+    return b.linear_bias if b else True
 
 
 def query_groups(fv: FlagValues, heads: int) -> int | None:
@@ -126,13 +145,14 @@ def vocab_size(fv: FlagValues, b: Architecture | None, vocab: int | None) -> int
     if b is not None:
         return b.vocab
     given = cmd.given("tokenizer_type")
-    files = any(cmd.given(d) for d in ("vocab_file", "tokenizer_model") if d in cmd.table.by_dest)
+    files = any(cmd.given(d) for d in ("vocab_file", "tokenizer_model", "tokenizer_name_or_path")
+                if d in cmd.table.by_dest)
     if not given and not files and cmd.given("vocab_size") and cmd.int_("vocab_size"):
         # no tokenizer named and no tokenizer file: the command's --vocab-size is all it says of the vocabulary
         fv.job.origins["arch.vocab"] = fv.origin("vocab_size")
         return cmd.int_("vocab_size")
     args = TokenizerArgs(cmd.v("tokenizer_type") if given else None, cmd.int_("vocab_size"),
-                         _text(cmd, "vocab_file"), _text(cmd, "tokenizer_model"),
+                         _text(cmd, "vocab_file"), _text(cmd, "tokenizer_model") or _text(cmd, "tokenizer_name_or_path"),
                          cmd.int_("vocab_extra_ids") or 0, tuple(cmd.v("special_tokens") or ()))
     found = resolve_vocabulary(args, builder=cmd.table.tokenizer_builder, program=cmd.program,
                                program_default=cmd.table.program_default(cmd.program, "tokenizer_type"),

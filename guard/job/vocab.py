@@ -16,14 +16,16 @@ MAX_READ_BYTES = 128 * 2**20  # real tokenizer files are under 40 MiB; a bigger 
 BERT_SPECIALS = ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]")  # transformers' BertTokenizer defaults
 GPT2_SPECIALS = ("<|endoftext|>",)  # transformers' GPT2Tokenizer unk/bos/eos
 SP_TYPES = ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
-HF_TYPES = ("HuggingFaceTokenizer", "HFTokenizer", "MultimodalTokenizer", "SFTTokenizer")
+HF_TYPES = ("HuggingFaceTokenizer", "HFTokenizer", "MultimodalTokenizer", "SFTTokenizer", "PretrainedFromHF")
 _SHARED = {"BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer",
            "GPTSentencePieceTokenizer", "NullTokenizer"}
 _MEGATRON_LM = _SHARED | {"Llama2Tokenizer", "HuggingFaceTokenizer", "TikTokenizer", "MultimodalTokenizer",
                           "NullMultimodalTokenizer", "SFTTokenizer"}
 # What each build_tokenizer builds: megatron/training/tokenizer/tokenizer.py ("legacy"),
-# megatron/core/tokenizers/utils/build_tokenizer.py ("core"), Megatron-DeepSpeed's megatron/tokenizer.
-KNOWN = {"legacy": _MEGATRON_LM, "core": _MEGATRON_LM, "megatron-deepspeed": _SHARED | {"HFTokenizer"}}
+# megatron/core/tokenizers/utils/build_tokenizer.py ("core"), Megatron-DeepSpeed's megatron/tokenizer
+# (Microsoft's HFTokenizer, BigScience's PretrainedFromHF).
+KNOWN = {"legacy": _MEGATRON_LM, "core": _MEGATRON_LM,
+         "megatron-deepspeed": _SHARED | {"HFTokenizer", "PretrainedFromHF"}}
 
 
 @dataclass(frozen=True)
@@ -172,17 +174,22 @@ class _Sizer:
     def huggingface(self, tokenizer: str) -> tuple[int, str, bool]:
         """len(AutoTokenizer) from a local tokenizer.json: model vocabulary plus added tokens it lacks."""
         name = self.args.tokenizer_model  # a path, or a Hub name: its tokenizer.json where huggingface_hub caches it
+        flag = "--tokenizer-name-or-path" if tokenizer == "PretrainedFromHF" else "--tokenizer-model"
         path = self.find(name) or (cached_file(name, "tokenizer.json") if name else None)
         if path is None:
             raise _Unreadable(f"{name!r} is neither a file or folder on this machine nor a Hub name whose "
                               f"tokenizer.json is in the Hugging Face cache (huggingface-cli download {name} "
-                              "tokenizer.json)" if name else "no --tokenizer-model given")
+                              "tokenizer.json)" if name else f"no {flag} given")
         shown = name or ""
         if path.is_dir():
             path, shown = path / "tokenizer.json", f"{shown.rstrip('/')}/tokenizer.json"
             if not path.is_file():
                 raise _Unreadable(f"{name} has no tokenizer.json")
         vocab, added_tokens = _tokenizer_json(path, shown)
+        if tokenizer == "PretrainedFromHF":  # BigScience's _AutoTokenizer: len(tokenizer), sentinels added
+            tokens = vocab | added_tokens
+            extra = _missing(_sentinels(self.args.vocab_extra_ids), tokens)
+            return len(tokens) + len(extra), _counted(len(tokens), shown, extra, "tokens"), False
         if self.builder == "megatron-deepspeed":  # _HFTokenizer.vocab_size: transformers' vocab_size, no added
             return len(vocab), f"{len(vocab)} entries in the model vocabulary of {shown}", False
         tokens = vocab | added_tokens  # tokenizers' get_vocab_size(True): distinct model and added tokens
