@@ -331,11 +331,19 @@ def test_bigscience_pretrained_from_hf_adds_its_sentinels():
                    vocab_extra_ids=3).size == 10
 
 
+def test_a_hub_tokenizer_not_on_this_machine_is_sized_from_the_catalog():
+    # Mistral-7B v0.3's model card: "Extended vocabulary to 32768"; the Instruct variant shares it
+    result = size_of("MultimodalTokenizer", "core", tokenizer_model="mistralai/Mistral-7B-Instruct-v0.3")
+    assert result.size == 32768 and result.assumed
+    assert "mistralai/Mistral-7B-v0.3's config.json in guard's catalog" in result.source
+
+
 def test_huggingface_hub_name_is_unknown(tmp_path):
-    result = size_of("HuggingFaceTokenizer", tokenizer_model="meta-llama/Llama-2-7b-hf")
-    # not on disk, not in the (empty, in tests) Hugging Face cache: the refusal says how to put it there
-    assert result.size is None and "'meta-llama/Llama-2-7b-hf' is neither a file or folder" in result.reason
-    assert "huggingface-cli download meta-llama/Llama-2-7b-hf tokenizer.json" in result.reason
+    result = size_of("HuggingFaceTokenizer", tokenizer_model="acme/unlisted-7b")
+    # not on disk, not in the (empty, in tests) Hugging Face cache, not in the catalog: the refusal says how to
+    # put it there
+    assert result.size is None and "'acme/unlisted-7b' is neither a file or folder" in result.reason
+    assert "huggingface-cli download acme/unlisted-7b tokenizer.json" in result.reason
     assert "--vocab-size" in result.reason
     no_json = size_of("HuggingFaceTokenizer", tokenizer_model=str(tmp_path))
     assert no_json.size is None and "has no tokenizer.json" in no_json.reason

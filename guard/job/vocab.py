@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guard.job.hub_cache import cached_file
+from guard.job.model_catalog import entry
 from guard.job.protobuf_wire import fields
 
 GPT2_VOCAB = 50257  # entries of GPT-2's vocab.json, the file Megatron-LM main downloads when none is given
@@ -176,6 +177,8 @@ class _Sizer:
         name = self.args.tokenizer_model  # a path, or a Hub name: its tokenizer.json where huggingface_hub caches it
         flag = "--tokenizer-name-or-path" if tokenizer == "PretrainedFromHF" else "--tokenizer-model"
         path = self.find(name) or (cached_file(name, "tokenizer.json") if name else None)
+        if path is None and name and (listed := _catalog_vocab(name)):
+            return listed[0], listed[1], True
         if path is None:
             raise _Unreadable(f"{name!r} is neither a file or folder on this machine nor a Hub name whose "
                               f"tokenizer.json is in the Hugging Face cache (huggingface-cli download {name} "
@@ -196,6 +199,19 @@ class _Sizer:
         extra = _missing(self.args.special_tokens, tokens) if self.core and tokenizer == "HuggingFaceTokenizer" \
             else []
         return len(tokens) + len(extra), _counted(len(tokens), shown, extra, "tokens"), False
+
+
+def _catalog_vocab(name: str) -> tuple[int, str] | None:
+    """A Hub tokenizer not on this machine: the vocab_size of its model's config.json in guard's catalog. The
+    tokenizer's own length, which Megatron counts, is that or a little less (Qwen2: 151,646 of 152,064), so the
+    padded embedding is the same or at most one padding multiple larger."""
+    found = entry(name)
+    config = found[1]["config"] if found else {}
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    if not isinstance(size, int) or size < 1:
+        return None
+    return size, (f"assumed: {size}, the vocab_size of {found[0]}'s config.json in guard's catalog ({name}'s "
+                  "tokenizer.json is not on this machine; its length is that or a little less)")
 
 
 def _sentinels(count: int) -> list[str]:
