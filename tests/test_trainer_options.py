@@ -75,3 +75,45 @@ def test_a_vision_tower_is_named_and_the_language_model_alone_priced(tmp_path):
     data = _estimate(tmp_path, "model_name_or_path: Qwen/Qwen3-4B\ndataset_name: x\nmax_length: 512\n"
                                "vision_tower: openai/clip-vit-large-patch14-336\n")
     assert [u["setting"] for u in data["unmodelled"]] == ["vision_tower"]
+
+
+def _refusal(tmp_path, files: dict[str, str], main: str) -> str:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    code, _out, err = run_guard("estimate", "--offline", "--isolated", "--gpu", "H100-SXM", str(tmp_path / main))
+    assert code == 2, err
+    return err
+
+
+TRAIN = ("torchrun --nproc_per_node 8 train.py --model_name_or_path Qwen/Qwen3-4B --bf16 True "
+         "--per_device_train_batch_size 4 --model_max_length 2048{extra}\n")
+
+
+@pytest.mark.parametrize("files, where", [
+    # TrainingArguments.fsdp (FastChat's scripts/train_vicuna_13b.sh writes exactly this)
+    ({"run.sh": TRAIN.format(extra=' --fsdp "full_shard auto_wrap offload"')}, "run.sh:1:"),
+    # accelerate wraps the Trainer's model itself: its switch, or its config file's distributed_type
+    ({"run.sh": TRAIN.replace("torchrun --nproc_per_node 8", "accelerate launch --use_fsdp --num_processes 8")
+      .format(extra="")}, "run.sh:1:"),
+    ({"run.sh": TRAIN.replace("torchrun --nproc_per_node 8", "accelerate launch --config_file fsdp.yaml")
+      .format(extra=""), "fsdp.yaml": "distributed_type: FSDP\nnum_processes: 8\nfsdp_config: {}\n"}, "fsdp.yaml:1:"),
+    # axolotl: fsdp_config alone (fsdp_version 2 writes no `fsdp` list)
+    ({"run.sh": "axolotl train cfg.yaml\n", "cfg.yaml": "base_model: Qwen/Qwen3-4B\nsequence_len: 512\n"
+      "micro_batch_size: 1\nbf16: true\ndatasets: []\nfsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\n"},
+     "cfg.yaml:8:3:"),
+])
+def test_torch_fsdp_is_refused_by_name_never_priced_as_ddp(tmp_path, files, where):
+    err = _refusal(tmp_path, files, "run.sh")
+    assert "torch FSDP, which guard does not price" in err and where in err
+
+
+def test_a_programs_model_max_length_is_its_sequence_length(tmp_path):
+    # Stanford Alpaca / FastChat / LLaVA: TrainingArguments subclassed with model_max_length, which the tokenizer
+    # pads or truncates every sample to
+    (tmp_path / "run.sh").write_text(TRAIN.format(extra=""))
+    code, out, err = run_guard("estimate", "--offline", "--isolated", "--format", "json", "--gpu", "H100-SXM",
+                               str(tmp_path / "run.sh"))
+    assert code in (0, 1), err
+    data = json.loads(out)
+    assert data["origins"]["seq_length"].startswith("--model_max_length at ")
+    assert not any("no sequence length" in n for n in data["notes"])

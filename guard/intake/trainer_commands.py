@@ -195,6 +195,11 @@ def accelerate_file(found: TrainerCommand, layer: Layer | None, load, words: lis
     from guard.sources.deepspeed import is_accelerate
 
     opts = dict(layer.options) if layer is not None else read_options(registry.get("accelerate"), words or [], 0)[0]
+    if (flag := opts.get("--use_fsdp")) is not None and found.ft is not None and "fsdp" not in found.ft.written:
+        line, col = flag.first or (found.command.span.line, found.command.span.col)
+        span = Span(line, col)  # the switch alone: accelerate wraps the Trainer's model in torch FSDP
+        found.ft.put("fsdp", "accelerate launch --use_fsdp", Where(flag.path or found.command.path, span, span,
+                                                                   "--use_fsdp", "flag"))
     named = opts.get("--config_file") or opts.get("--accelerate_config")
     if named is None or not named.resolved or found.ft is None:
         return
@@ -213,6 +218,10 @@ def accelerate_file(found: TrainerCommand, layer: Layer | None, load, words: lis
         span = doc.span("/num_processes")
         found.reading = WorldReading(size, why=f"num_processes {size} in {path}",
                                      where=LText.at(str(size), span.line, span.col, path))
+    if doc.data.get("distributed_type") == "FSDP" and "fsdp" not in found.ft.written:
+        found.ft.put("fsdp", f"distributed_type FSDP in {path}", Where(path, doc.span("/distributed_type"),
+                                                                      doc.span("/distributed_type", key=False),
+                                                                      "/distributed_type"))
     plugin = doc.data.get("deepspeed_config")
     if isinstance(plugin, dict) and "deepspeed" not in found.ft.written:
         pointer = "/deepspeed_config/deepspeed_config_file" if plugin.get("deepspeed_config_file") \

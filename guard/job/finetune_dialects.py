@@ -23,7 +23,8 @@ HF_TRAINER = {"micro_batch": 8, "grad_accum": 1, "bf16": False, "fp16": False, "
               "adam_epsilon": 1e-8, "optim": "adamw_torch_fused", "lr_scheduler": "linear",
               "save_only_model": False, "deepspeed": None, "gradient_checkpointing": False,
               "liger": False, "neftune": None, "torch_compile": False, "modules_to_save": None,
-              "use_reentrant": False, "load_best_model_at_end": False, "auto_find_batch_size": False}
+              "use_reentrant": False, "load_best_model_at_end": False, "auto_find_batch_size": False,
+              "fsdp": None, "fsdp_config": None}
 # canonical field -> the key that writes it, where the frameworks agree with TrainingArguments
 TRAINER_KEYS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
                 "bf16": "bf16", "fp16": "fp16", "max_grad_norm": "max_grad_norm", "learning_rate": "learning_rate",
@@ -32,7 +33,7 @@ TRAINER_KEYS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gra
                 "liger": "use_liger_kernel", "neftune": "neftune_noise_alpha", "torch_compile": "torch_compile",
                 "save_only_model": "save_only_model", "deepspeed": "deepspeed",
                 "gradient_checkpointing": "gradient_checkpointing", "load_best_model_at_end": "load_best_model_at_end",
-                "auto_find_batch_size": "auto_find_batch_size"}
+                "auto_find_batch_size": "auto_find_batch_size", "fsdp": "fsdp", "fsdp_config": "fsdp_config"}
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,13 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     {"max_seq_length": "seq_len", "torch_dtype": "load_dtype"})
 
 # A program that takes TrainingArguments but shows nothing of TRL: the Trainer's own defaults (no gradient
-# checkpointing); the sequence length has no TrainingArguments field, so TRL SFT's is assumed and said so.
+# checkpointing); the sequence length has no TrainingArguments field, so TRL SFT's is assumed and said so,
+# unless the program's own TrainingArguments subclass adds `model_max_length` (Stanford Alpaca's train.py,
+# FastChat, LLaVA: the tokenizer pads or truncates every sample to it, so it is the longest sequence).
 # Its model loads as from_pretrained's default does in transformers 5 (dtype "auto": the checkpoint's dtype).
 HF_PROGRAM = Dialect("trl", "HF Trainer (TRL SFT defaults)", TRL.keys,
                      {**TRL.defaults, "gradient_checkpointing": False, "load_dtype": "auto", "bf16": False},
-                     TRL.older)
+                     {**TRL.older, "model_max_length": "seq_len"})
 TRL_FLAGS = {"use_peft", "lora_r", "max_length", "max_seq_length", "packing", "dataset_text_field", "lora_alpha"}
 
 LLAMAFACTORY_MARKERS = {"finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit",

@@ -89,7 +89,9 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
                                              else "gradient_checkpointing")
     job.origins["command"] = Origin("key", f"the {ft.dialect.title} training "
                                     f"{'command' if ft.doc.format == 'argv' else 'config'}", ft.path)
-    if job.hf_ddp:
+    if (fsdp := _fsdp(ft)) is not None:
+        job.missing["fsdp"] = fsdp
+    elif job.hf_ddp:
         job.notes.append("no DeepSpeed file: the HF Trainer runs torch DDP (its own optimizer, no ZeRO)")
     if arch is not None:
         _model_choices(job, ft, arch)
@@ -109,6 +111,18 @@ def _model_choices(job: TrainingJob, ft: FineTuneConfig, arch: Architecture) -> 
         job.notes.append(f"weights: {why}")
         if "load_dtype" in ft.written:
             job.origins["weights_dtype"] = ft.origin("load_dtype")
+
+
+def _fsdp(ft: FineTuneConfig) -> str | None:
+    """Why a config that shards with torch FSDP is refused (None: no FSDP). TrainingArguments.fsdp
+    ("full_shard auto_wrap offload", a list in axolotl) turns it on; axolotl's fsdp_config alone does too
+    (fsdp_version 2 configs write no `fsdp` list)."""
+    for name in ("fsdp", "fsdp_config") if ft.dialect.name == "axolotl" else ("fsdp",):
+        value = ft.get(name)
+        if name in ft.written and value not in (None, False, "", [], {}, "none"):
+            return (f"{at(ft, name)}: {ft.dialect.keys[name]} {value!r}: the Trainer shards the model with torch FSDP, "
+                    "which guard does not price (it prices DeepSpeed ZeRO and torch DDP, and would price DDP here)")
+    return None
 
 
 def _unpriced(job: TrainingJob, ft: FineTuneConfig) -> None:
