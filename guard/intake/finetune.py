@@ -48,12 +48,19 @@ def finetune_subject(ft: FineTuneConfig, settings: Settings, request: Request = 
     if model_problem:
         job.missing["model"] = model_problem
     job.origins["model"] = model_origin
+    if model_origin.kind == "key" and not model_problem:  # which source the name was found in, said once
+        job.notes.append(f"model: {model_origin.label.split(', from ')[0]}")
     if "seq_len" not in ft.written:
         if request.seq_length:  # --seq-length for a program whose arguments have none
             job.origins["seq_length"] = Origin("cli", "--seq-length")
         elif ft.dialect is HF_PROGRAM:
             job.notes.append(f"TrainingArguments has no sequence length: {job.seq_length} (TRL SFT's max_length) "
                              "is priced; give --seq-length N")
+    if world.origin is not None and world.origin.kind == "default":
+        sharded = "; ZeRO shards the model states over the world, so each rank of a larger one holds less" \
+            if (job.zero_stage or 0) >= 1 else ""
+        job.notes.append(f"world: 1 process assumed ({world.why or 'nothing says how many processes run it'}): "
+                         f"give --world-size N{sharded}")
     if found is not None:
         job.notes.extend(f"{w.path}:{w.key.line}:{w.key.col}: {message} (the default is priced)"
                          for w, message in found.unknown)
