@@ -1,7 +1,7 @@
 """guard plan's step time against the iteration times of Megatron-LM's CI runs (../shared/research/gpu_truth):
 small models (12 layers, hidden 512) whose steps are a few milliseconds of math, so what they measure is the
 fixed per-step cost the model does not price (kernel launches, Python, the optimizer's many small kernels,
-logging). Printed as measured - predicted per run and its median per GPU: a check, not a fitted term."""
+logging). Printed as predicted / measured - 1 per run, and per GPU: a check, not a fitted term."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def main() -> None:
     if not DATA.is_file():
         sys.exit(f"{DATA} is not present")
     runs = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-    fixed: dict[str, list[float]] = {}
-    print(f"{'case':64} {'gpu':5} {'measured s':>10} {'guard s':>8} {'fixed s':>8}")
+    errors: dict[str, list[float]] = {}
+    print(f"{'case':64} {'gpu':5} {'measured s':>10} {'guard s':>8} {'error':>7}")
     for run in runs:
         try:
             predicted = predict(run)
@@ -45,12 +45,14 @@ def main() -> None:
             print(f"{run['case'][:64]:64} {run['gpu']:5} not priced: {str(err)[:60]}")
             continue
         measured = run["iteration_time_last"]
-        fixed.setdefault(run["gpu"], []).append(measured - predicted)
-        print(f"{run['case'][:64]:64} {run['gpu']:5} {measured:10.4f} {predicted:8.4f} {measured - predicted:8.4f}")
-    print("\nmeasured - predicted (the per-step cost guard does not price), median per GPU:")
-    for gpu, values in fixed.items():
-        print(f"  {gpu:6} {statistics.median(values):.3f} s over {len(values)} runs "
-              f"(range {min(values):.3f} to {max(values):.3f})")
+        error = predicted / measured - 1
+        errors.setdefault(run["gpu"], []).append(error)
+        print(f"{run['case'][:64]:64} {run['gpu']:5} {measured:10.4f} {predicted:8.4f} {error:+7.1%}")
+    print("\npredicted against measured step time, per GPU (goal: median |error| within 10 %, none beyond 25 %):")
+    for gpu, values in errors.items():
+        size = sorted(abs(v) for v in values)
+        print(f"  {gpu:6} median |error| {statistics.median(size):6.1%}, median error {statistics.median(values):+7.1%}, "
+              f"worst {max(values, key=abs):+7.1%}, within 25 %: {sum(v <= 0.25 for v in size)}/{len(values)}")
 
 
 if __name__ == "__main__":

@@ -267,3 +267,20 @@ def test_a_long_search_shows_progress_on_a_terminal(monkeypatch):
         assert progress.bar is not None
         progress.update(4, 4)
     assert "guard plan: searching layouts" in screen.getvalue()
+
+
+def test_the_users_fastest_layout_is_shown_as_no_change(guard, tmp_path):
+    """The user's own layout is always in the output (the `you` row); once the user runs the fastest layout the
+    plan proposes, planning it again ranks it first and says so instead of proposing a change."""
+    script = tmp_path / "train.sh"
+    script.write_text((ROOT / "examples/memory/llama2_13b_pp4.sh").read_text())
+    cfg = Settings()
+    src = read(Request(paths=(str(script),)), cfg)
+    best = plan(src.job, choose_gpu("A100-80GB"), top=1).candidates[0]
+    fastest = tmp_path / "fastest.sh"
+    fastest.write_text(write_candidate(src, best.job).after[str(script)])
+    code, out, err = guard("plan", str(fastest), "--gpu", "A100-80GB", "--top", "3")
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines() if line.startswith(("  1 ", "you "))]
+    assert [row[0] for row in rows] == ["1", "you"] and rows[0][1:10] == rows[1][1:10]  # same layout and knobs
+    assert "#1: no change: this is your layout" in out

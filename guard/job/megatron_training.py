@@ -13,6 +13,7 @@ def read_training(fv: FlagValues) -> None:
     _precision(fv)
     _recompute(fv)
     _kernels(fv)
+    _step(fv)
     if fv.job.framework == "megatron-deepspeed":
         _deepspeed(fv)
     _unmodelled(fv)
@@ -89,7 +90,7 @@ def _kernels(fv: FlagValues) -> None:
     """Attention without flash/fused kernels keeps the s^2 scores; the fused loss keeps 16-bit logits."""
     job, cmd = fv.job, fv.cmd
     impl = fv.value("transformer_impl")
-    backend = str(fv.value("attention_backend") or "auto").split(".")[-1].lower()
+    backend = enum_name(fv.value("attention_backend"), "auto")
     flash = any(fv.value(d) is True for d in ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_v2",
                                               "use_flash_attn_triton", "use_flash_attn_builder"))
     if backend in ("unfused", "local") or (impl == "local" and not flash) or \
@@ -116,6 +117,29 @@ def _kernels(fv: FlagValues) -> None:
         job.blas_workspace_config = workspace.value
         job.origins["blas_workspace_config"] = Origin("launcher", "CUBLAS_WORKSPACE_CONFIG", workspace.path,
                                                       workspace.span.line, workspace.span.col)
+
+
+def _step(fv: FlagValues) -> None:
+    """What the planner's clock reads of the command (guard/job/step_settings.py); the memory model does not."""
+    step = fv.job.step
+    fp8 = fv.value("fp8")
+    step.fp8 = str(fp8) if fp8 else None
+    step.fp8_recipe = enum_name(fv.value("fp8_recipe"), "delayed")
+    step.tp_comm_overlap = fv.on("tp_comm_overlap") and (fv.job.layout.tp or 1) > 1
+    step.cuda_graphs = str(fv.value("cuda_graph_impl") or "none") != "none" or fv.on("enable_cuda_graph") or \
+        fv.on("external_cuda_graph")
+    step.attention_backend = enum_name(fv.value("attention_backend"), "auto")
+    step.log_params_norm = fv.on("log_params_norm")
+    step.log_num_zeros_in_grad = fv.on("log_num_zeros_in_grad")
+    clip = fv.value("clip_grad")
+    step.clip_grad = float(clip) if isinstance(clip, (int, float)) else 1.0
+
+
+def enum_name(value, default: str) -> str:
+    """A flag parsed into an enum (AttnBackend.auto), or its table default written as {"expr": ...}."""
+    if isinstance(value, dict):
+        value = value.get("expr")
+    return str(value or default).split(".")[-1].lower()
 
 
 def _deepspeed(fv: FlagValues) -> None:

@@ -11,6 +11,7 @@ from guard.job.architecture import Architecture
 from guard.job.layout import ParallelLayout
 from guard.job.origin import Origin
 from guard.job.stages import Chunk, LayoutError
+from guard.job.step_settings import StepSettings
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "uint8": 1}
 
@@ -97,6 +98,7 @@ class TrainingJob:
     checkpoint_cpu: bool = False  # DeepSpeed cpu_checkpointing
     overlap_param_gather: bool = False
     overlap_grad_reduce: bool = False  # gradient buckets reduced during the last backward (timing only)
+    step: StepSettings = field(default_factory=StepSettings)  # what changes the step's time only (guard/plan)
     gpu: str | None = None  # the GPU it runs on (a catalog name or a size), when known
     overrides: dict[str, float] = field(default_factory=dict)  # runtime/buffer terms set by the user (--set)
     origins: dict[str, Origin] = field(default_factory=dict)

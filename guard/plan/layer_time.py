@@ -78,24 +78,26 @@ class _Shape:
     rep: int  # SP splits the norms, dropouts and the router over TP
     t: int
     h: int
+    fp8: bool = False  # the linear layers' GEMMs run in FP8 (Transformer Engine, --fp8-format)
 
 
 def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
     arch, lay = job.arch, job.layout
     t = lay.tp or 1
     sh = _Shape(DTYPE_BYTES["fp32" if job.params_dtype == "fp32" else "bf16"],
-                job.micro_batch * job.seq_length / lay.seq_shards, t if lay.sequence_parallel else 1, t, arch.hidden)
+                job.micro_batch * job.seq_length / lay.seq_shards, t if lay.sequence_parallel else 1, t, arch.hidden,
+                job.step.fp8 is not None)
     q, kv = arch.query_size, arch.kv_size
     eager = job.eager
     w = Work()
     norm = EAGER_RMSNORM if eager and arch.norm == "rmsnorm" else 1.0
     w.add("memory", "norms", arch.norms_per_layer * hw.memory_seconds(norm * 2 * sh.act * sh.tokens * sh.h / sh.rep))
-    w.add("gemm", "QKV projection", hw.gemm_seconds(sh.tokens, (q + 2 * kv) / t, sh.h))
+    w.add("gemm", "QKV projection", hw.gemm_seconds(sh.tokens, (q + 2 * kv) / t, sh.h, fp8=sh.fp8))
     if arch.position_embedding == "rope":
         rope = EAGER_ROPE if eager else 1.0
         w.add("memory", "RoPE", hw.memory_seconds(rope * 2 * sh.act * sh.tokens * (q + kv) / t))
     core = _attention(job, hw, w, sh)
-    w.add("gemm", "attention projection", hw.gemm_seconds(sh.tokens, sh.h, q / t))
+    w.add("gemm", "attention projection", hw.gemm_seconds(sh.tokens, sh.h, q / t, fp8=sh.fp8))
     mask = job.mask_bytes if arch.hidden_dropout > 0 else 0
     w.add("memory", "bias-dropout-add", 2 * hw.memory_seconds((3 * sh.act + mask) * sh.tokens * sh.h / sh.rep))
     if arch.is_moe_layer(index):
@@ -109,7 +111,59 @@ def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
     back = Work({n: (FLASH_BACKWARD if n == "attention core (flash)" else 2) * x for n, x in w.gemm.items()},
                 {n: BACKWARD_MEMORY * x for n, x in w.memory.items()},
                 {**w.comm, **({tp_name: tp_bwd} if tp_bwd else {})})
+    flash_back = _flash_backward(job, hw, sh)
+    if flash_back is not None:
+        back.gemm["attention core (flash)"] = flash_back
+    if job.step.fp8:
+        _fp8_casts(job, hw, w, back, sh)
+    if job.step.tp_comm_overlap and tp_fwd:
+        _overlap_tp(w, back, tp_name)
     return LayerTime(w, back, core)
+
+
+def attention_backend(job: TrainingJob, hw: Hardware) -> str:
+    """The kernel table's backend for the job's flash attention: Transformer Engine's auto/fused backend runs
+    cuDNN's fused attention where the table has it (Hopper on), --attention-backend flash and transformers'
+    SDPA run FlashAttention-2."""
+    chosen = job.step.attention_backend
+    if job.linear_impl == "transformer_engine" and chosen in ("auto", "fused"):
+        return "cudnn"
+    return "flash2"
+
+
+def _flash_backward(job: TrainingJob, hw: Hardware, sh: _Shape) -> float | None:
+    """The flash core's backward at its own measured rate (FA2's published figures: one rate for both)."""
+    if job.attention == "unfused":
+        return None
+    lay, arch = job.layout, job.arch
+    s_q = job.seq_length / (lay.cp or 1)
+    s_k = job.seq_length if (lay.cp or 1) > 1 else s_q
+    batched = job.micro_batch * arch.heads / sh.t / (lay.ulysses or 1)
+    return hw.attention_seconds(attention_backend(job, hw), batched, s_q, s_k, arch.kv_channels, backward=True)
+
+
+def _fp8_casts(job: TrainingJob, hw: Hardware, w: Work, back: Work, sh: _Shape) -> None:
+    """Transformer Engine's FP8 linears: each GEMM input is cast to FP8 (read 2 bytes, write 1) in the forward;
+    the backward casts the output gradient and transposes the FP8 input for the weight gradient (read 1,
+    write 1). The weights are cast once per step (is_first_microbatch), priced with the optimizer."""
+    arch, t = job.arch, sh.t
+    glu = 2 if arch.gated_mlp else 1
+    # inputs: QKV and fc1 read the whole hidden state, the projection and fc2 their TP shard
+    inputs = sh.tokens * (2 * sh.h + (arch.query_size + arch.ffn_hidden) / t)
+    # output gradients: QKV and fc1 their shard, the projection and fc2 the whole hidden state
+    outputs = sh.tokens * ((arch.query_size + 2 * arch.kv_size + arch.ffn_hidden * glu) / t + 2 * sh.h)
+    w.add("memory", "FP8 casts", hw.memory_seconds(3 * inputs))
+    back.add("memory", "FP8 casts and transposes", hw.memory_seconds(3 * outputs + 2 * inputs))
+
+
+def _overlap_tp(w: Work, back: Work, name: str) -> None:
+    """--tp-comm-overlap: Transformer Engine's userbuffers split the TP/SP collectives into chunks that run
+    while the GEMMs they feed run; what the layer's linear GEMMs cannot cover stays exposed."""
+    linear = ("QKV projection", "attention projection", "MLP fc1", "MLP fc2", "shared expert fc1", "shared expert fc2")
+    for work in (w, back):
+        if name in work.comm:
+            behind = sum(work.gemm.get(n, 0.0) for n in linear)
+            work.comm[name] = max(0.0, work.comm[name] - behind)
 
 
 def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
@@ -128,34 +182,47 @@ def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
         if arch.attention_dropout > 0:
             w.add("memory", "attention dropout", hw.memory_seconds((2 * sh.act + job.mask_bytes) * probs))
     else:  # flash attention skips the masked half of a causal square
-        w.add("gemm", "attention core (flash)", hw.gemm_seconds(s_q, s_k / 2, d, batched)
-              + hw.gemm_seconds(s_q, d, s_k / 2, batched))
+        backend = attention_backend(job, hw)
+        measured = hw.attention_seconds(backend, batched, s_q, s_k, d, backward=False)
+        if measured is None:  # no kernel data for this GPU: its two GEMMs at the GEMM table's speed
+            measured = hw.gemm_seconds(s_q, s_k / 2, d, batched) + hw.gemm_seconds(s_q, d, s_k / 2, batched)
+        w.add("gemm", "attention core (flash)", measured)
     if u > 1:  # Ulysses: all-to-all of Q, K, V in and of the output back
         a2a = collective_seconds(hw, "all_to_all", sh.act * sh.tokens * (2 * arch.query_size + 2 * arch.kv_size)
-                                 / sh.t, u, spans_nodes(lay, "cp"))
+                                 / sh.t, u, spans_nodes(lay, "cp", hw.nvlink_domain))
         w.add("comm", "Ulysses all-to-all", a2a)
     core = w.seconds - before
     if (lay.cp or 1) > 1:
         # ring attention: cp - 1 exchanges of this rank's K and V, overlapped with the core's blocks
         kv_bytes = 2 * sh.act * sh.tokens * arch.kv_size / sh.t
-        ring = (lay.cp - 1) * p2p_seconds(hw, kv_bytes, spans_nodes(lay, "cp"))
+        ring = (lay.cp - 1) * p2p_seconds(hw, kv_bytes, spans_nodes(lay, "cp", hw.nvlink_domain))
         w.add("comm", "CP ring exchange (exposed)", max(0.0, ring - core))
     return core
 
 
 def _mlp(hw: Hardware, w: Work, sh: _Shape, ffn: int, glu: int, t: int, label: str, tokens: float = 0,
-         eager: float = 1.0) -> None:
+         eager: float = 1.0, experts: int = 1, grouped: bool = True) -> None:
+    """fc1, the activation, fc2 over `tokens`; for `experts` local experts each GEMM is theirs: one grouped GEMM
+    whose tiles share the waves, or one GEMM per expert after another (--moe-grouped-gemm off)."""
     n = tokens or sh.tokens
-    w.add("gemm", f"{label} fc1", hw.gemm_seconds(n, ffn * glu / t, sh.h))
+    each = n / experts
+
+    def gemm(cols: float, k: float) -> float:
+        if experts == 1 or grouped:
+            return hw.gemm_seconds(each, cols, k, count=experts, fp8=sh.fp8)
+        return experts * hw.gemm_seconds(each, cols, k, fp8=sh.fp8)
+
+    w.add("gemm", f"{label} fc1", gemm(ffn * glu / t, sh.h))
     w.add("memory", f"{label} activation", hw.memory_seconds(eager * sh.act * n * ffn * (glu + 1) / t))
-    w.add("gemm", f"{label} fc2", hw.gemm_seconds(n, sh.h, ffn / t))
+    w.add("gemm", f"{label} fc2", gemm(sh.h, ffn / t))
 
 
 def _moe(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> None:
-    """Router, token permutation, expert GEMMs (grouped) and EP all-to-all (the backward's mirror them).
+    """Router, token permutation, expert GEMMs and EP all-to-all (the backward's mirror them).
 
-    Balanced routing: each rank's experts see tokens x top-k x expert-TP / TP of its tokens (as
-    activations.py counts them); dispatch and combine are one all-to-all each way over EP.
+    Balanced routing (stated; routing imbalance is not priced): each rank's experts see tokens x top-k x
+    expert-TP / TP of its tokens (as activations.py counts them), split evenly over its local experts, whose GEMMs
+    run grouped (--moe-grouped-gemm) or one expert after another; dispatch and combine are one all-to-all each way.
     """
     arch, lay = job.arch, job.layout
     tokens = sh.tokens / sh.rep
@@ -164,11 +231,13 @@ def _moe(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> None:
     dispatched = tokens * k * (lay.expert_tp or 1)
     etp = lay.expert_tp or 1
     w.add("memory", "token permutation", 2 * hw.memory_seconds(2 * sh.act * dispatched * sh.h))
+    local = max(1, e // max(1, lay.ep or 1))
     _mlp(hw, w, sh, arch.moe_ffn_hidden or arch.ffn_hidden, 2 if arch.gated_mlp else 1, etp, "experts",
-         tokens=dispatched)
+         tokens=dispatched, experts=local, grouped=job.moe_grouped_gemm)
     if arch.shared_expert_ffn:
         _mlp(hw, w, sh, arch.shared_expert_ffn, 2 if arch.gated_mlp else 1, sh.t, "shared expert")
-    a2a = 2 * collective_seconds(hw, "all_to_all", sh.act * tokens * k * sh.h, lay.ep, spans_nodes(lay, "ep"))
+    a2a = 2 * collective_seconds(hw, "all_to_all", sh.act * tokens * k * sh.h, lay.ep,
+                                 spans_nodes(lay, "ep", hw.nvlink_domain))
     w.add("comm", "EP all-to-all", a2a)
 
 
@@ -178,7 +247,7 @@ def _tp_comm(job: TrainingJob, hw: Hardware, nbytes: float) -> tuple[float, floa
     t = lay.tp or 1
     if t == 1:
         return 0.0, 0.0
-    across = spans_nodes(lay, "tp")
+    across = spans_nodes(lay, "tp", hw.nvlink_domain)
     two = 2 * collective_seconds(hw, "all_reduce", nbytes, t, across)  # an AR is an RS + an AG in time
     if not lay.sequence_parallel:
         return two, two

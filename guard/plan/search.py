@@ -20,6 +20,7 @@ from guard.memory.estimate import Estimate, estimate, estimate_stage
 from guard.plan import space
 from guard.plan.hardware import Hardware, hardware
 from guard.plan.rewrite import Written
+from guard.plan.sensitivity import close_calls
 from guard.plan.step_time import StepTime, replayed, step_time
 
 MAX_CONFIRMATIONS = 200  # full checks before the search gives up looking further down the ranking
@@ -57,6 +58,7 @@ class Plan:
     feasible: list[Candidate]  # every candidate that passed the quick memory check, priced
     searched: int = 0
     rejected: list[tuple[Candidate, str]] = field(default_factory=list)  # confirmed-out: (candidate, why)
+    close_calls: list[str] = field(default_factory=list)  # speed changes of 15 % that would reorder the first
 
 
 def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify: Verify | None = None,
@@ -86,6 +88,7 @@ def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify:
         cand.time = replayed(cand.job, cand.time)
         result.candidates.append(cand)
     result.candidates.sort(key=lambda c: c.time.seconds)
+    result.close_calls = close_calls(hw, result.candidates)
     return result
 
 

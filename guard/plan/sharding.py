@@ -32,8 +32,8 @@ def after_backward(job: TrainingJob, hw: Hardware, inv: Inventory, stage) -> dic
     lay = job.layout
     expert = inv.bucket(EXPERT)
     dense = inv.total - expert
-    groups = [(dense, (lay.dp or 1) * lay.seq_shards, spans_nodes(lay, "dp")),
-              (expert, lay.expert_dp or 1, spans_nodes(lay, "expert_dp"))]
+    groups = [(dense, (lay.dp or 1) * lay.seq_shards, spans_nodes(lay, "dp", hw.nvlink_domain)),
+              (expert, lay.expert_dp or 1, spans_nodes(lay, "expert_dp", hw.nvlink_domain))]
     out: dict[str, float] = {}
     deepspeed = job.framework == "deepspeed" or (job.zero_stage > 0 and not job.distributed_optimizer)
     for params, ranks, across in groups:

@@ -4,7 +4,8 @@ Each stage's forward and backward of one microbatch come from layer_time.py, plu
 head and loss on the stages that hold them, recompute as the job asks, and the pipeline sends. The
 schedule takes m x (the slowest stage) + (the other stages) / v: for equal stages (m + (p - 1)/v) x S,
 the 1F1B/interleaved bubble of Narayanan et al. 2021; `pipeline_sim` replays the real warm-up and
-cool-down. Gradient sync, parameter gathers and the optimizer follow (sharding.py).
+cool-down. Gradient sync, parameter gathers and the optimizer follow (sharding.py), then the per-step passes
+(per_step.py); each stage's microbatch takes no less than the host needs to issue its kernels.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory.params import rank_inventory
-from guard.plan import sharding
+from guard.plan import per_step, sharding
 from guard.plan.collectives import p2p_seconds, spans_nodes
 from guard.plan.hardware import Hardware
 from guard.plan.layer_time import BACKWARD_MEMORY, LayerTime, layer_time
@@ -28,6 +29,8 @@ class StageTime:
     forward: list[float]
     backward: list[float]  # with recompute
     terms: dict[str, float]  # one microbatch's seconds by name (all chunks)
+    host: float = 0.0  # seconds the host takes to issue one microbatch's kernels (forward and backward)
+    synced: bool = False  # the host waits for the GPU inside each microbatch (MoE token counts to the host)
 
     @property
     def seconds(self) -> float:
@@ -63,9 +66,13 @@ def step_time(job: TrainingJob, hw: Hardware) -> StepTime:
         key = _signature(job, r)
         if key not in priced:
             st = _stage(job, hw, r, cost)
-            priced[key] = st, sharding.after_backward(job, hw, rank_inventory(job, job.chunks[r]), st)
+            inventory = rank_inventory(job, job.chunks[r])
+            priced[key] = st, {**sharding.after_backward(job, hw, inventory, st),
+                               **per_step.passes(job, hw, inventory)}
         stages.append(priced[key][0])
         after.append(priced[key][1])
+    for st in {id(st): st for st in stages}.values():
+        _host_bound(st)
     m, v = job.num_microbatches, max(1, job.layout.vpp)
     busiest = max(stages, key=lambda st: st.seconds)
     pipeline = m * busiest.seconds + (sum(st.seconds for st in stages) - busiest.seconds) / v
@@ -130,7 +137,32 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
             add("pipeline sends", 2 * sends)
         forward.append(f)
         backward.append(b)
-    return StageTime(forward, backward, terms)
+    host = 0.0
+    for chunk in job.chunks[r]:
+        kf, kb = per_step.kernels_per_microbatch(job, len(chunk.layers), chunk.embedding, chunk.loss)
+        if job.recompute == "full":  # the backward issues each layer's forward again
+            kf += per_step.kernels_per_microbatch(job, len(chunk.layers), False, False)[0]
+        elif job.recompute == "selective":  # and each attention core's
+            kf += len(chunk.layers) * per_step.recomputed_core_kernels(job)
+        host += (kf + kb) * hw.host_seconds_per_kernel
+    # megatron-core's alltoall/flex dispatchers copy each MoE layer's token counts to the host and wait for them
+    # (token_dispatcher.py, the "cuda_sync_point" of dropless routing)
+    synced = job.moe_dispatcher in ("alltoall", "flex") and any(
+        job.arch.is_moe_layer(i) for c in job.chunks[r] for i in c.layers)
+    return StageTime(forward, backward, terms, host, synced)
+
+
+def _host_bound(st: StageTime) -> None:
+    """The GPU runs a microbatch no faster than the host issues its kernels: where the host is slower, each
+    chunk's time stretches to the host's and the difference is named."""
+    gpu = st.seconds
+    if gpu <= 0 or (st.host <= gpu and not st.synced):
+        return
+    # a host sync inside the microbatch (dropless MoE's token counts) stops the host running ahead: serialised
+    stretch = (st.host + gpu) / gpu if st.synced else st.host / gpu
+    st.forward = [f * stretch for f in st.forward]
+    st.backward = [b * stretch for b in st.backward]
+    st.terms["host issue (the GPU waits for the host)"] = gpu * (stretch - 1)
 
 
 def _layer_kinds(job: TrainingJob, layers: tuple[int, ...]) -> list[tuple[int, int, int]]:
@@ -175,4 +207,4 @@ def _p2p(job: TrainingJob, hw: Hardware) -> float:
     act = DTYPE_BYTES["fp32" if job.params_dtype == "fp32" else "bf16"]
     rep = (lay.tp or 1) if lay.sequence_parallel else 1
     nbytes = act * job.micro_batch * job.seq_length / lay.seq_shards * job.arch.hidden / rep
-    return p2p_seconds(hw, nbytes, spans_nodes(lay, "pp"))
+    return p2p_seconds(hw, nbytes, spans_nodes(lay, "pp", hw.nvlink_domain))

@@ -61,6 +61,7 @@ def to_dict(result: Plan, explain: bool = False) -> dict:
         "current": current,
         "search": {"tried": result.searched, "fit": len(result.feasible),
                    "rejected": [{"layout": layout(c), "reason": why} for c, why in result.rejected]},
+        "close_calls": result.close_calls,
         "assumptions": list(ASSUMPTIONS),
         "constants": result.hardware.sources(),
     }

@@ -47,6 +47,12 @@ def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
     current = result.current
     out.write(_row(result, current, "you") + "\n")
     out.write(f"\nyour layout: {current.reason or 'fits'}\n")
+    if result.candidates:
+        if result.close_calls:
+            out.write("close call: the order of the first is a guess where a kernel table is 15 % off:\n")
+            out.writelines(f"  {line}\n" for line in result.close_calls)
+        else:
+            out.write("the first holds its place with any one kind of kernel speed 15 % slower or faster\n")
     for n, cand in enumerate(result.candidates, 1):
         _changes(out, n, cand)
         if explain:
