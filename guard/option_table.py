@@ -81,6 +81,8 @@ OPTIONS: tuple[Option, ...] = (
            "micro_batch, recompute, sharding, offload (plan: all; launch: micro_batch,recompute,sharding,offload)",
            o.knobs, "KNOBS", defaults={"launch": frozenset({"micro_batch", "recompute", "sharding", "offload"})}),
     Option(("--top",), {"plan"}, "how many layouts to show (5)", o.positive_int, "K", default=5),
+    Option(("--measured",), {"plan"}, "a Megatron-LM training log of this job: its iteration time and timers "
+           "against guard's prediction, term by term", metavar="LOG"),
     # -- output --------------------------------------------------------------------------------------------
     Option(("--format",), {"check"}, "output format (default concise)", o.one_of(*FORMATS), "|".join(FORMATS)),
     Option(("--format",), {"estimate", "plan"}, "output format", o.one_of("text", "json"), "text|json",

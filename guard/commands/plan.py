@@ -20,6 +20,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from guard.plan.search import plan
     from guard.report import plan_writer
 
+    from guard.plan.measured_log import compare, read_log
+
+    measured = read_log(args.measured) if args.measured else None  # a bad log is refused before the search
     gpu = choose_gpu(settings.gpu, settings.gpu_memory)
     if gpu is None:
         raise InputError("give the GPU the job runs on: --gpu NAME (a catalog name, see guard estimate --list-models)")
@@ -31,6 +34,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                       progress=progress.update, allow=args.allow)
     for cand in result.candidates:
         cand.changes = write_candidate(subject, cand.job)
+    if measured is not None and result.current.time is not None:
+        priced = result.current.time
+        result.measured = compare(measured, priced.terms, priced.seconds, priced.pipeline)
     plan_writer(args.format)(result, sys.stdout, explain=args.explain)
     return 0 if result.candidates else 1
 

@@ -59,6 +59,7 @@ class Plan:
     searched: int = 0
     rejected: list[tuple[Candidate, str]] = field(default_factory=list)  # confirmed-out: (candidate, why)
     close_calls: list[str] = field(default_factory=list)  # speed changes of 15 % that would reorder the first
+    measured: list[dict] = field(default_factory=list)  # a training log against the user's layout (measured_log)
 
 
 def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify: Verify | None = None,

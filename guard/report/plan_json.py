@@ -62,6 +62,7 @@ def to_dict(result: Plan, explain: bool = False) -> dict:
         "search": {"tried": result.searched, "fit": len(result.feasible),
                    "rejected": [{"layout": layout(c), "reason": why} for c, why in result.rejected]},
         "close_calls": result.close_calls,
+        "measured": result.measured,
         "assumptions": list(ASSUMPTIONS),
         "constants": result.hardware.sources(),
     }

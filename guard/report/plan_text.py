@@ -53,6 +53,13 @@ def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
             out.writelines(f"  {line}\n" for line in result.close_calls)
         else:
             out.write("the first holds its place with any one kind of kernel speed 15 % slower or faster\n")
+    if result.measured:
+        out.write("\nyour layout, measured against predicted (seconds per iteration):\n")
+        for row in result.measured:
+            predicted = "-" if row["predicted_s"] is None else f"{row['predicted_s']:.4f}"
+            ratio = "" if row["predicted_s"] is None or not row["measured_s"] else \
+                f"  {row['predicted_s'] / row['measured_s'] - 1:+.0%}"
+            out.write(f"  {row['what']:28} measured {row['measured_s']:.4f}  guard {predicted}{ratio}\n")
     for n, cand in enumerate(result.candidates, 1):
         _changes(out, n, cand)
         if explain:
