@@ -23,6 +23,10 @@ CASES = {"layernorm": {"hidden": 64, "heads": 4, "ffn": 256, "seq": 32, "batch":
                      "layers": 1, "norm": "RMSNorm", "swiglu": True, "bias": False, "position": "rope"},
          "layernorm_dropout": {"hidden": 64, "heads": 4, "ffn": 256, "seq": 32, "batch": 2, "vocab": 128,
                                "layers": 1, "dropout": 0.1}}
+MOE = {"hidden": 64, "heads": 4, "groups": 2, "ffn": 192, "seq": 32, "batch": 2, "vocab": 128, "layers": 1,
+       "norm": "RMSNorm", "swiglu": True, "bias": False, "position": "rope", "experts": 4, "topk": 2, "moe_ffn": 64,
+       "aux_loss": 0.01, "dispatcher": "alltoall"}
+CASES.update({"moe_4": MOE, "moe_8": dict(MOE, experts=8)})
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +56,11 @@ def test_a_layer_dispatches_its_gemms(counted):
     ops = counted["layernorm"]["ops"]
     assert ops.get("mm", 0) + ops.get("addmm", 0) == 12
     assert ops.get("bmm", 0) + ops.get("baddbmm", 0) == 6
+
+
+def test_the_moe_row_counts_what_an_moe_layer_dispatches(counted):
+    """The table's MoE row (a fixed part plus a part per local expert) gives the counts of 4 and of 8 experts."""
+    row = table()["host"]["kernels_per_layer"]["moe"]
+    for name, experts in (("moe_4", 4), ("moe_8", 8)):
+        for way in ("forward", "backward"):
+            assert row[way] + experts * row["per_expert"][way] == counted[name]["layer"][way], (name, way)

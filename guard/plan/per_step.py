@@ -38,15 +38,24 @@ def passes(job: TrainingJob, hw: Hardware, inv: Inventory) -> dict[str, float]:
     return {name: seconds for name, seconds in out.items() if seconds > 0}
 
 
-def kernels_per_microbatch(job: TrainingJob, layers: int, embedding: bool, loss: bool) -> tuple[int, int]:
-    """(forward, backward) kernels one stage issues for one microbatch of `layers` layers."""
+def kernels_per_microbatch(job: TrainingJob, layers: tuple[int, ...], embedding: bool, loss: bool) -> tuple[int, int]:
+    """(forward, backward) kernels one chunk of these layers issues for one microbatch."""
     counts = table()["host"]["kernels_per_layer"]
-    row = counts["rmsnorm" if job.arch.norm == "rmsnorm" else "layernorm"]
-    forward, backward = layers * row["forward"], layers * row["backward"]
+    dense = counts["rmsnorm" if job.arch.norm == "rmsnorm" else "layernorm"]
+    moe = counts["moe"]
+    local = 1 if job.moe_grouped_gemm else max(1, (job.arch.num_experts or 1) // max(1, job.layout.ep or 1))
+    forward = backward = 0
+    for index in layers:
+        if job.arch.is_moe_layer(index):
+            forward += moe["forward"] + local * moe["per_expert"]["forward"]
+            backward += moe["backward"] + local * moe["per_expert"]["backward"]
+        else:
+            forward += dense["forward"]
+            backward += dense["backward"]
     if job.arch.hidden_dropout > 0 or job.arch.attention_dropout > 0:
-        forward += layers * counts["dropout"]["forward"]
-        backward += layers * counts["dropout"]["backward"]
-    if job.step.cuda_graphs:  # the captured layers replay as one graph launch each way
+        forward += len(layers) * counts["dropout"]["forward"]
+        backward += len(layers) * counts["dropout"]["backward"]
+    if job.step.cuda_graphs and layers:  # the captured layers replay as one graph launch each way
         forward, backward = 1, 1
     if embedding or loss:
         forward += counts["outside"]["forward"]

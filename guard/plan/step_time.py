@@ -139,9 +139,9 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
         backward.append(b)
     host = 0.0
     for chunk in job.chunks[r]:
-        kf, kb = per_step.kernels_per_microbatch(job, len(chunk.layers), chunk.embedding, chunk.loss)
+        kf, kb = per_step.kernels_per_microbatch(job, chunk.layers, chunk.embedding, chunk.loss)
         if job.recompute == "full":  # the backward issues each layer's forward again
-            kf += per_step.kernels_per_microbatch(job, len(chunk.layers), False, False)[0]
+            kf += per_step.kernels_per_microbatch(job, chunk.layers, False, False)[0]
         elif job.recompute == "selective":  # and each attention core's
             kf += len(chunk.layers) * per_step.recomputed_core_kernels(job)
         host += (kf + kb) * hw.host_seconds_per_kernel

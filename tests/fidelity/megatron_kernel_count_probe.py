@@ -45,8 +45,11 @@ def count(case: dict) -> dict:
                 self.ops[func._schema.name.split("::")[-1]] += 1
             return func(*args, **(kwargs or {}))
 
+    from megatron.core.transformer.moe import moe_utils
+
     found = {}
     for layers in (1, 2):
+        moe_utils.get_moe_layer_wise_logging_tracker().clear()  # the aux-loss tracker is sized by the first model
         model = build({**case, "layers": layers})
         s, b = case["seq"], case["batch"]
         tokens = torch.randint(0, case["vocab"], (b, s))
