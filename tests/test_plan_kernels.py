@@ -137,3 +137,15 @@ def test_no_layout_beats_the_gemm_table(layers, hidden, heads, seq, tp, pp, micr
     batch = micro * 2 * 8
     executed = 72 * batch * seq * layers * hidden ** 2 * (1 + seq / (12 * hidden) + job.vocab / (12 * layers * hidden))
     assert 0 < executed / (seconds * world * hw.peak_flops) <= hw.speeds.gemm_fraction("bf16")
+
+
+def test_current_scaling_reads_each_tensor_once_more():
+    """Transformer Engine's current ("tensorwise") scaling takes the amax in its own pass (2 bytes read per
+    element) before the cast (2 read, 1 written): 5 bytes against delayed scaling's 3."""
+    job = megatron_job(TP.replace("--tensor-model-parallel-size 4", ""), 1)
+    casts = {}
+    for recipe in ("delayed", "tensorwise"):
+        fp8 = dataclasses.replace(job, step=dataclasses.replace(job.step, fp8="hybrid", fp8_recipe=recipe))
+        casts[recipe] = layer_time(fp8, H100, 0).forward.memory["FP8 casts"]
+    floor = 1.2e-6
+    assert (casts["tensorwise"] - floor) / (casts["delayed"] - floor) == pytest.approx(5 / 3)

@@ -152,8 +152,11 @@ def _fp8_casts(job: TrainingJob, hw: Hardware, w: Work, back: Work, sh: _Shape) 
     inputs = sh.tokens * (2 * sh.h + (arch.query_size + arch.ffn_hidden) / t)
     # output gradients: QKV and fc1 their shard, the projection and fc2 the whole hidden state
     outputs = sh.tokens * ((arch.query_size + 2 * arch.kv_size + arch.ffn_hidden * glu) / t + 2 * sh.h)
-    w.add("memory", "FP8 casts", hw.memory_seconds(3 * inputs))
-    back.add("memory", "FP8 casts and transposes", hw.memory_seconds(3 * outputs + 2 * inputs))
+    # current ("tensorwise") scaling takes each tensor's amax in a pass of its own before the cast; delayed scaling
+    # uses the amax history, and block scaling (blockwise, MXFP8) computes its scales inside the cast kernel
+    amax = 2 if job.step.fp8_recipe == "tensorwise" else 0
+    w.add("memory", "FP8 casts", hw.memory_seconds((3 + amax) * inputs))
+    back.add("memory", "FP8 casts and transposes", hw.memory_seconds((3 + amax) * outputs + 2 * inputs))
 
 
 def _overlap_tp(w: Work, back: Work, name: str) -> None:
