@@ -1,14 +1,15 @@
 """Seconds one transformer layer takes on one rank for one microbatch: forward, backward, recompute.
 
-GEMMs at the catalog's achieved tensor-core efficiency for their size and tile/wave quantization, or HBM
-time when memory-bound (hardware.gemm_seconds); memory-bound kernels (norms, bias-dropout-add, the
-activation function, RoPE, softmax, permutation) from the bytes they read and write; TP/SP, CP and EP
-communication from collectives.py, not overlapped with compute (Megatron runs them on the compute stream
-unless --tp-comm-overlap). The backward runs two GEMMs per forward GEMM (input and weight gradients);
-its memory-bound kernels move 1.5x the forward's bytes (y = f(x) reads x and writes y; its backward reads
-dy and x or y and writes dx); flash attention's backward runs 2.5x its forward; its collectives mirror the
-forward's, and under SP it gathers the input
-of each column-parallel GEMM again for the weight gradient (megatron-core's
+GEMMs at the kernel table's achieved rate for their size (FP8 GEMMs at the FP8 rate and its fall with K) and
+tile/wave quantization, or HBM time when memory-bound (hardware.gemm_seconds); flash attention at its backend's
+published rate (hardware.attention_seconds); memory-bound kernels (norms, bias-dropout-add, the activation
+function, RoPE, softmax, permutation, FP8 casts) from the bytes they read and write; TP/SP, CP and EP
+communication from collectives.py, exposed unless --tp-comm-overlap hides TP/SP behind the layer's GEMMs
+(Megatron otherwise runs them on the compute stream). The backward runs two GEMMs per forward GEMM (input and
+weight gradients); its memory-bound kernels move 1.5x the forward's bytes (y = f(x) reads x and writes y; its
+backward reads dy and x or y and writes dx); flash attention's backward runs at its own measured rate (2.5x
+the forward's FLOPs); its collectives mirror the forward's, and under SP it gathers the input of each
+column-parallel GEMM again for the weight gradient (megatron-core's
 LinearWithGradAccumulationAndAsyncCommunication).
 """
 
@@ -121,7 +122,7 @@ def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
     return LayerTime(w, back, core)
 
 
-def attention_backend(job: TrainingJob, hw: Hardware) -> str:
+def attention_backend(job: TrainingJob) -> str:
     """The kernel table's backend for the job's flash attention: Transformer Engine's auto/fused backend runs
     cuDNN's fused attention where the table has it (Hopper on), --attention-backend flash and transformers'
     SDPA run FlashAttention-2."""
@@ -139,7 +140,7 @@ def _flash_backward(job: TrainingJob, hw: Hardware, sh: _Shape) -> float | None:
     s_q = job.seq_length / (lay.cp or 1)
     s_k = job.seq_length if (lay.cp or 1) > 1 else s_q
     batched = job.micro_batch * arch.heads / sh.t / (lay.ulysses or 1)
-    return hw.attention_seconds(attention_backend(job, hw), batched, s_q, s_k, arch.kv_channels, backward=True)
+    return hw.attention_seconds(attention_backend(job), batched, s_q, s_k, arch.kv_channels, backward=True)
 
 
 def _fp8_casts(job: TrainingJob, hw: Hardware, w: Work, back: Work, sh: _Shape) -> None:
@@ -185,7 +186,7 @@ def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
         if arch.attention_dropout > 0:
             w.add("memory", "attention dropout", hw.memory_seconds((2 * sh.act + job.mask_bytes) * probs))
     else:  # flash attention skips the masked half of a causal square
-        backend = attention_backend(job, hw)
+        backend = attention_backend(job)
         measured = hw.attention_seconds(backend, batched, s_q, s_k, d, backward=False)
         if measured is None:  # no kernel data for this GPU: its two GEMMs at the GEMM table's speed
             measured = hw.gemm_seconds(s_q, s_k / 2, d, batched) + hw.gemm_seconds(s_q, d, s_k / 2, batched)
