@@ -26,7 +26,9 @@ def collective_seconds(hw: Hardware, kind: str, nbytes: float, ranks: int, acros
     share = (ranks - 1) / ranks
     # below the smallest measured message the time is latency: that message's time
     sized = max(nbytes, hw.smallest_measured_message)
-    busbw = hw.bus_bandwidth(sized, ranks, across_nodes, kind == "all_reduce")
+    # an all-to-all sends each peer its own piece: its speed is that of a message of the piece's size
+    message = max(sized / ranks, hw.smallest_measured_message) if kind == "all_to_all" else sized
+    busbw = hw.bus_bandwidth(message, ranks, across_nodes, kind == "all_reduce")
     if busbw:
         return VOLUME[kind] * share * sized / busbw
     bandwidth, latency = hw.link(across_nodes)
