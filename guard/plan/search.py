@@ -141,9 +141,13 @@ def _search_structure(job, hw, capacity, layout, extra, feasible, current: space
         [b for b in [current.micro_batch] if not job.global_batch or job.global_batch % (b * dp) == 0]
     levels = space.recompute_levels(job, chunk_layers) if "recompute" in allowed else \
         [(current.recompute, current.recompute_method, current.recompute_layers)]
+    # a rank's peak never falls as the micro-batch grows (its stash is min(in flight, microbatches) x micro-batch
+    # activations), so a recompute level that did not fit a smaller micro-batch does not fit a larger one
+    first = 0
     for micro in micros:
         fitted = False
-        for recompute, method, layers in levels:
+        for level in range(first, len(levels)):
+            recompute, method, layers = levels[level]
             knobs = space.Knobs(layout, micro, recompute, method, layers, **extra)
             cand = space.apply(job, knobs, laid_out)
             if layout.vpp > 1 and cand.num_microbatches % (layout.pp or 1):
@@ -152,7 +156,7 @@ def _search_structure(job, hw, capacity, layout, extra, feasible, current: space
             peak = _quick_peak(cand)
             if peak <= capacity:
                 feasible.append(Candidate(knobs, cand, step_time(cand, hw), quick_peak=peak))
-                fitted = True
+                fitted, first = True, level
                 break
         if not fitted:
             break
