@@ -83,8 +83,26 @@ def _mlp(inv: Inventory, arch: Architecture, ffn: int, tp: int, label: str, buck
             inv.add(REPLICATED, "row-parallel biases (attention output, fc2)", arch.hidden)
 
 
+_INVENTORIES: dict[tuple, Inventory] = {}  # the planner prices thousands of settings sharing a few stages
+
+
 def rank_inventory(setup: TrainingJob, chunks: list[Chunk]) -> Inventory:
-    """Everything one rank of a pipeline stage holds, over all its model chunks."""
+    """Everything one rank of a pipeline stage holds, over all its model chunks (shared: callers only read it)."""
+    lay = setup.layout
+    key = (setup.arch, lay.tp, lay.ep, lay.expert_tp, setup.vocab, setup.mtp_layers,
+           tuple(setup.mtp_in(c) for c in chunks), tuple((c.layers, c.embedding, c.loss) for c in chunks))
+    try:
+        found = _INVENTORIES.get(key)
+    except TypeError:  # an architecture built with an unhashable field: priced without the cache
+        return _inventory(setup, chunks)
+    if found is None:
+        if len(_INVENTORIES) > 4096:
+            _INVENTORIES.clear()
+        found = _INVENTORIES[key] = _inventory(setup, chunks)
+    return found
+
+
+def _inventory(setup: TrainingJob, chunks: list[Chunk]) -> Inventory:
     arch, tp = setup.arch, setup.layout.tp
     inv = Inventory()
     vocab = setup.vocab

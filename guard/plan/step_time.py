@@ -118,6 +118,7 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
         if seconds:
             terms[name] = terms.get(name, 0.0) + seconds
 
+    layers_of: dict[int, int] = {}  # a layer of each kind -> how many of that kind the stage runs (all chunks)
     for chunk in job.chunks[r]:
         f = b = 0.0
         for index, n, again in _layer_kinds(job, chunk.layers):
@@ -125,8 +126,8 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
             extra = again * (lt.recompute_full if job.recompute == "full" else lt.attention_core)
             f += n * lt.forward.seconds
             b += n * lt.backward.seconds + extra
-            for name, sec in lt.labelled():
-                add(name, n * sec)
+            first = next((i for i in layers_of if job.arch.is_moe_layer(i) == job.arch.is_moe_layer(index)), index)
+            layers_of[first] = layers_of.get(first, 0) + n
             add("recompute", extra)
         if chunk.loss:
             fl, bl = _loss(job, hw)
@@ -137,6 +138,9 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
             add("pipeline sends", 2 * sends)
         forward.append(f)
         backward.append(b)
+    for index, n in layers_of.items():  # the named terms once per kind of layer, not per chunk
+        for name, sec in cost(index).labelled():
+            add(name, n * sec)
     host = 0.0
     for chunk in job.chunks[r]:
         kf, kb = per_step.kernels_per_microbatch(job, chunk.layers, chunk.embedding, chunk.loss)
