@@ -163,8 +163,12 @@ def _chunk_sizes(setup: TrainingJob, chunks, logits_stored: float):
     norm, head, loss), which the loss chunk keeps for every microbatch in flight there (interleaving can hold
     two); and the largest recompute working set."""
     sizes, with_embedding, with_edges, working = [], [], [], 0.0
+    alike: dict[tuple[bool, ...], tuple[float, float]] = {}  # chunks whose layers are of the same kinds, in order
     for chunk in chunks:
-        stored, recompute_ws = acts.chunk_stored(setup, chunk.layers)
+        kinds = tuple(setup.arch.is_moe_layer(i) for i in chunk.layers)
+        if kinds not in alike:
+            alike[kinds] = acts.chunk_stored(setup, chunk.layers)
+        stored, recompute_ws = alike[kinds]
         mtp = setup.mtp_in(chunk)
         stored += mtp * acts.mtp_bytes(setup) if mtp else 0.0
         sizes.append(stored)
