@@ -38,29 +38,27 @@ def passes(job: TrainingJob, hw: Hardware, inv: Inventory) -> dict[str, float]:
     return {name: seconds for name, seconds in out.items() if seconds > 0}
 
 
-def kernels_per_microbatch(job: TrainingJob, layers: tuple[int, ...], embedding: bool, loss: bool) -> tuple[int, int]:
-    """(forward, backward) kernels one chunk of these layers issues for one microbatch."""
+def layer_kernels(job: TrainingJob, moe: bool) -> tuple[int, int]:
+    """(forward, backward) kernels one layer of the kind issues for one microbatch."""
     counts = table()["host"]["kernels_per_layer"]
-    dense = counts["rmsnorm" if job.arch.norm == "rmsnorm" else "layernorm"]
-    moe = counts["moe"]
-    local = 1 if job.moe_grouped_gemm else max(1, (job.arch.num_experts or 1) // max(1, job.layout.ep or 1))
-    forward = backward = 0
-    for index in layers:
-        if job.arch.is_moe_layer(index):
-            forward += moe["forward"] + local * moe["per_expert"]["forward"]
-            backward += moe["backward"] + local * moe["per_expert"]["backward"]
-        else:
-            forward += dense["forward"]
-            backward += dense["backward"]
+    if moe:
+        row = counts["moe"]
+        local = 1 if job.moe_grouped_gemm else max(1, (job.arch.num_experts or 1) // max(1, job.layout.ep or 1))
+        forward = row["forward"] + local * row["per_expert"]["forward"]
+        backward = row["backward"] + local * row["per_expert"]["backward"]
+    else:
+        row = counts["rmsnorm" if job.arch.norm == "rmsnorm" else "layernorm"]
+        forward, backward = row["forward"], row["backward"]
     if job.arch.hidden_dropout > 0 or job.arch.attention_dropout > 0:
-        forward += len(layers) * counts["dropout"]["forward"]
-        backward += len(layers) * counts["dropout"]["backward"]
-    if job.step.cuda_graphs and layers:  # the captured layers replay as one graph launch each way
-        forward, backward = 1, 1
-    if embedding or loss:
-        forward += counts["outside"]["forward"]
-        backward += counts["outside"]["backward"]
+        forward += counts["dropout"]["forward"]
+        backward += counts["dropout"]["backward"]
     return forward, backward
+
+
+def outside_kernels() -> tuple[int, int]:
+    """(forward, backward) kernels of the embedding, final norm, output layer and loss."""
+    row = table()["host"]["kernels_per_layer"]["outside"]
+    return row["forward"], row["backward"]
 
 
 def recomputed_core_kernels(job: TrainingJob) -> int:

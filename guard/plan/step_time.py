@@ -118,17 +118,28 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
         if seconds:
             terms[name] = terms.get(name, 0.0) + seconds
 
-    layers_of: dict[int, int] = {}  # a layer of each kind -> how many of that kind the stage runs (all chunks)
+    layers_of: dict[bool, list[int]] = {}  # MoE or dense -> [a layer of the kind, how many the stage runs]
+    kernels = 0  # what the host issues for one microbatch (forward, backward, recomputed forwards)
     for chunk in job.chunks[r]:
         f = b = 0.0
+        issued = 0  # the chunk's layers' kernels
         for index, n, again in _layer_kinds(job, chunk.layers):
             lt = cost(index)
             extra = again * (lt.recompute_full if job.recompute == "full" else lt.attention_core)
             f += n * lt.forward.seconds
             b += n * lt.backward.seconds + extra
-            first = next((i for i in layers_of if job.arch.is_moe_layer(i) == job.arch.is_moe_layer(index)), index)
-            layers_of[first] = layers_of.get(first, 0) + n
+            moe = job.arch.is_moe_layer(index)
+            layers_of.setdefault(moe, [index, 0])[1] += n
+            kf, kb = per_step.layer_kernels(job, moe)
+            # full recompute issues the layer's forward again, selective its attention core's
+            again_kernels = kf if job.recompute == "full" else per_step.recomputed_core_kernels(job) \
+                if job.recompute == "selective" else 0
+            issued += n * (kf + kb) + again * again_kernels
             add("recompute", extra)
+        # CUDA graphs: the captured chunk replays as one graph launch each way
+        kernels += 2 if job.step.cuda_graphs and chunk.layers else issued
+        if chunk.embedding or chunk.loss:
+            kernels += sum(per_step.outside_kernels())
         if chunk.loss:
             fl, bl = _loss(job, hw)
             f, b = f + fl, b + bl
@@ -138,17 +149,10 @@ def _stage(job: TrainingJob, hw: Hardware, r: int, cost) -> StageTime:
             add("pipeline sends", 2 * sends)
         forward.append(f)
         backward.append(b)
-    for index, n in layers_of.items():  # the named terms once per kind of layer, not per chunk
+    for index, n in layers_of.values():  # the named terms once per kind of layer, not per chunk
         for name, sec in cost(index).labelled():
             add(name, n * sec)
-    host = 0.0
-    for chunk in job.chunks[r]:
-        kf, kb = per_step.kernels_per_microbatch(job, chunk.layers, chunk.embedding, chunk.loss)
-        if job.recompute == "full":  # the backward issues each layer's forward again
-            kf += per_step.kernels_per_microbatch(job, chunk.layers, False, False)[0]
-        elif job.recompute == "selective":  # and each attention core's
-            kf += len(chunk.layers) * per_step.recomputed_core_kernels(job)
-        host += (kf + kb) * hw.host_seconds_per_kernel
+    host = kernels * hw.host_seconds_per_kernel
     # megatron-core's alltoall/flex dispatchers copy each MoE layer's token counts to the host and wait for them
     # (token_dispatcher.py, the "cuda_sync_point" of dropless routing)
     synced = job.moe_dispatcher in ("alltoall", "flex") and any(
