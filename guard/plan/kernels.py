@@ -82,6 +82,7 @@ class KernelSpeeds:
             return None
         return name, rows[key][0], rows[key][1] + why
 
+    @lru_cache(maxsize=64)  # noqa: B019 (a few frozen GPUs for the process; asked once per GEMM priced)
     def gemm_fraction(self, dtype: str) -> float:
         """The largest fraction of the dtype's peak a GEMM reaches on this GPU (MAMF / peak, at most 1)."""
         row = self._gemm_row(dtype)
@@ -199,6 +200,7 @@ class KernelSpeeds:
         return out
 
 
+@lru_cache(maxsize=32)
 def _catalog_peaks(name: str) -> dict[str, float]:
     from guard.memory.gpu_choice import choose_gpu
 
