@@ -72,6 +72,13 @@ class FlagValues:
         return self.value(dest, None, field) is True
 
 
+def enum_name(value: Any, default: str) -> str:
+    """A flag parsed into an enum (AttnBackend.auto), or its table default written as {"expr": ...}."""
+    if isinstance(value, dict):
+        value = value.get("expr")
+    return str(value or default).split(".")[-1].lower()
+
+
 def list_expression(text: str) -> int | list[int] | None:
     """Megatron's --moe-layer-freq strings such as "[0]*3+[1]*29", read without eval."""
     try:

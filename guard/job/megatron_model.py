@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from guard.job.architecture import MOE_PATTERN, Architecture, moe_layer_pattern
-from guard.job.flag_values import FlagValues, list_expression
+from guard.job.flag_values import FlagValues, enum_name, list_expression
 from guard.job.origin import Origin
 from guard.job.training_job import IncompleteJob
 from guard.job.vocab import TokenizerArgs, resolve_vocabulary
@@ -57,9 +57,8 @@ def architecture(fv: FlagValues, base: Architecture | None, vocab: int | None) -
 def _position(value) -> str:
     """Megatron-LM's names for the position embedding; older forks parse PositionEmbeddingType (absolute, rotary,
     alibi), whose table default is the enum expression."""
-    if isinstance(value, dict):
-        value = str(value.get("expr", "")).rsplit(".", 1)[-1]
-    return {"absolute": "learned_absolute", "rotary": "rope", "alibi": "none"}.get(str(value), str(value))
+    name = enum_name(value, "none")
+    return {"absolute": "learned_absolute", "rotary": "rope", "alibi": "none"}.get(name, name)
 
 
 def _linear_bias(fv: FlagValues, b: Architecture | None) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from guard.job.accounting import account_flags, account_keys
-from guard.job.flag_values import FlagValues
+from guard.job.flag_values import FlagValues, enum_name
 from guard.job.megatron_program import read_program
 from guard.job.origin import Origin
 
@@ -90,7 +90,7 @@ def _kernels(fv: FlagValues) -> None:
     """Attention without flash/fused kernels keeps the s^2 scores; the fused loss keeps 16-bit logits."""
     job, cmd = fv.job, fv.cmd
     impl = fv.value("transformer_impl")
-    backend = enum_name(fv.value("attention_backend"), "auto")
+    backend = job.step.attention_backend = enum_name(fv.value("attention_backend"), "auto")
     flash = any(fv.value(d) is True for d in ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_v2",
                                               "use_flash_attn_triton", "use_flash_attn_builder"))
     if backend in ("unfused", "local") or (impl == "local" and not flash) or \
@@ -120,7 +120,8 @@ def _kernels(fv: FlagValues) -> None:
 
 
 def _step(fv: FlagValues) -> None:
-    """What the planner's clock reads of the command (guard/job/step_settings.py); the memory model does not."""
+    """What the planner's clock reads of the command (guard/job/step_settings.py); the memory model does not.
+    The attention backend is read once, with the kernels (_kernels)."""
     step = fv.job.step
     fp8 = fv.value("fp8")
     step.fp8 = str(fp8) if fp8 else None
@@ -128,18 +129,10 @@ def _step(fv: FlagValues) -> None:
     step.tp_comm_overlap = fv.on("tp_comm_overlap") and (fv.job.layout.tp or 1) > 1
     step.cuda_graphs = str(fv.value("cuda_graph_impl") or "none") != "none" or fv.on("enable_cuda_graph") or \
         fv.on("external_cuda_graph")
-    step.attention_backend = enum_name(fv.value("attention_backend"), "auto")
     step.log_params_norm = fv.on("log_params_norm")
     step.log_num_zeros_in_grad = fv.on("log_num_zeros_in_grad")
     clip = fv.value("clip_grad")
     step.clip_grad = float(clip) if isinstance(clip, (int, float)) else 1.0
-
-
-def enum_name(value, default: str) -> str:
-    """A flag parsed into an enum (AttnBackend.auto), or its table default written as {"expr": ...}."""
-    if isinstance(value, dict):
-        value = value.get("expr")
-    return str(value or default).split(".")[-1].lower()
 
 
 def _deepspeed(fv: FlagValues) -> None:
