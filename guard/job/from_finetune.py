@@ -31,6 +31,7 @@ UNPRICED_OPTIONS = {
     "tiled_mlp": "tiled MLP (the MLP runs the sequence in tiles: its activations are a tile's)",
     "activation_offloading": "activation offloading to host memory",
     "vision": "a vision tower and projector (LLaVA-style multimodal training): the language model alone is priced"}
+OFF = (None, False, "", [], {}, "none")  # a trainer option written but switched off
 # axolotl plugins that replace layers whose memory guard prices (integrations/cut_cross_entropy, liger)
 PLUGINS = {"cut_cross_entropy": "Cut Cross-Entropy (the loss never holds the whole logits)",
            "liger": "Liger kernels (fused linear cross entropy, RMSNorm, SwiGLU, RoPE)"}
@@ -119,7 +120,7 @@ def _fsdp(ft: FineTuneConfig) -> str | None:
     (fsdp_version 2 configs write no `fsdp` list)."""
     for name in ("fsdp", "fsdp_config") if ft.dialect.name == "axolotl" else ("fsdp",):
         value = ft.get(name)
-        if name in ft.written and value not in (None, False, "", [], {}, "none"):
+        if name in ft.written and value not in OFF:
             return (f"{at(ft, name)}: {ft.dialect.keys[name]} {value!r}: the Trainer shards the model with torch FSDP, "
                     "which guard does not price (it prices DeepSpeed ZeRO and torch DDP, and would price DDP here)")
     return None
@@ -129,7 +130,7 @@ def _unpriced(job: TrainingJob, ft: FineTuneConfig) -> None:
     """Trainer options that change memory and that guard names rather than prices, each at its key."""
     for name, feature in UNPRICED_OPTIONS.items():
         value = ft.get(name)
-        off = value in (None, False, "", [], {}, "none") or (type(value) is int and value <= 1)  # a degree of 1
+        off = value in OFF or (type(value) is int and value <= 1)  # a degree of 1
         if name in ft.written and not off:
             job.add_unmodelled(feature, ft.written[name], ft.origin(name))
     plugins = ft.get("plugins") if "plugins" in ft.written else None
