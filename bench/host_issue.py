@@ -4,8 +4,9 @@ A small model's step is bounded by the host: Python, the module code and the dis
 GPU waits for them. This runs megatron-core's GPT layer (local spec, TP = 1, the CPU set-up of
 tests/fidelity/megatron_activation_probe.py) forward and backward at a size whose arithmetic is negligible
 (hidden 64, 64 tokens), with 1 and 9 layers, and prints per layer: the host milliseconds forward and backward
-(the fastest of REPEATS runs, the least disturbed by the rest of the machine; difference of the two depths), the kernels it issues (tests/fidelity/
-megatron_kernel_count_probe.py's count), and their ratio, the host seconds per kernel that
+(the fastest of REPEATS runs, the least disturbed by the rest of the machine; difference of the two depths),
+the kernels it issues (tests/fidelity/megatron_kernel_count_probe.py's count), and their ratio, the host
+seconds per kernel that
 schemas/gpus/kernels.json records as `host.per_kernel_s` with this machine's CPU. The CPU's own arithmetic at this
 size is inside the figure (a few microseconds a kernel), the cuLaunchKernel call a GPU adds is not.
 Run: python bench/host_issue.py (one process; set OMP_NUM_THREADS=1 for a steady figure)."""

@@ -51,7 +51,8 @@ def main() -> None:
     print("\npredicted against measured step time, per GPU (goal: median |error| within 10 %, none beyond 25 %):")
     for gpu, values in errors.items():
         size = sorted(abs(v) for v in values)
-        print(f"  {gpu:6} median |error| {statistics.median(size):6.1%}, median error {statistics.median(values):+7.1%}, "
+        print(f"  {gpu:6} median |error| {statistics.median(size):6.1%}, "
+              f"median error {statistics.median(values):+7.1%}, "
               f"worst {max(values, key=abs):+7.1%}, within 25 %: {sum(v <= 0.25 for v in size)}/{len(values)}")
 
 

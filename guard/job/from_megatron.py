@@ -147,8 +147,9 @@ def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None
     if (fixed := _fixed_vocab(fv, arch.vocab if not unknown_vocab else None, divisible)) is not None:
         if unknown_vocab:  # the fork refuses a tokenizer larger than the fixed size, so the rows are known
             job.arch = arch = replace(arch, vocab=fixed)
-            job.notes.append(f"vocabulary: the tokenizer's size is unknown ({unknown_vocab.split(': ', 1)[-1].split('; give guard')[0]}); "
-                             f"the embedding and output layer have --pad-vocab-size-to {fixed} rows")
+            why = unknown_vocab.split(": ", 1)[-1].split("; give guard")[0]  # the reason, without path or remedy
+            job.notes.append(f"vocabulary: the tokenizer's size is unknown ({why}); the embedding and output layer "
+                             f"have --pad-vocab-size-to {fixed} rows")
         job.padded_vocab = fixed
     elif unknown_vocab:
         raise IncompleteJob(unknown_vocab)
@@ -161,7 +162,8 @@ def _model(fv: FlagValues, base: Architecture | None, vocab: int | None) -> None
 
 def _fixed_vocab(fv: FlagValues, tokenizer: int | None, divisible: int) -> int | None:
     """BigScience's --pad-vocab-size-to: the padded size itself (megatron/tokenizer/tokenizer.py
-    _vocab_size_with_padding), which the fork refuses below the tokenizer's size or off --make-vocab-size-divisible-by."""
+    _vocab_size_with_padding), which the fork refuses below the tokenizer's size or off
+    --make-vocab-size-divisible-by."""
     fixed = fv.int("pad_vocab_size_to", None, field="padded_vocab")
     if fixed is None:
         return None

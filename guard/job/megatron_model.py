@@ -151,7 +151,8 @@ def vocab_size(fv: FlagValues, b: Architecture | None, vocab: int | None) -> int
         fv.job.origins["arch.vocab"] = fv.origin("vocab_size")
         return cmd.int_("vocab_size")
     args = TokenizerArgs(cmd.v("tokenizer_type") if given else None, cmd.int_("vocab_size"),
-                         _text(cmd, "vocab_file"), _text(cmd, "tokenizer_model") or _text(cmd, "tokenizer_name_or_path"),
+                         _text(cmd, "vocab_file"),
+                         _text(cmd, "tokenizer_model") or _text(cmd, "tokenizer_name_or_path"),
                          cmd.int_("vocab_extra_ids") or 0, tuple(cmd.v("special_tokens") or ()))
     found = resolve_vocabulary(args, builder=cmd.table.tokenizer_builder, program=cmd.program,
                                program_default=cmd.table.program_default(cmd.program, "tokenizer_type"),
