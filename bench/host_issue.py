@@ -6,9 +6,10 @@ tests/fidelity/megatron_activation_probe.py) forward and backward at a size whos
 (hidden 64, 64 tokens), with 1 and 9 layers, and prints per layer: the host milliseconds forward and backward
 (the fastest of REPEATS runs, the least disturbed by the rest of the machine; difference of the two depths),
 the kernels it issues (tests/fidelity/megatron_kernel_count_probe.py's count), and their ratio, the host
-seconds per kernel that
-schemas/gpus/kernels.json records as `host.per_kernel_s` with this machine's CPU. The CPU's own arithmetic at this
-size is inside the figure (a few microseconds a kernel), the cuLaunchKernel call a GPU adds is not.
+seconds per kernel that schemas/gpus/kernels.json records as `host.per_kernel_s` with this machine's CPU: the
+CPU-only stand-in. A GPU host's own figure (bench/gpu_layer.py, schemas/gpus/measured/H200/layers.json) replaces
+it. The CPU's own arithmetic at this size is inside this figure (a few microseconds a kernel), the
+cuLaunchKernel call a GPU adds is not.
 Run: python bench/host_issue.py (one process; set OMP_NUM_THREADS=1 for a steady figure)."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ CASES = {"gpt (LayerNorm, GeLU, biases)": {"hidden": 64, "heads": 4, "ffn": 256,
                                                 "bias": False, "position": "rope"}}
 
 
-def _cpu() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (the host cost per kernel is the CPU's)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -82,7 +84,7 @@ def main() -> None:
     path.write_text(json.dumps(cases))
     sys.argv = [probe.__file__, str(path), str(path.with_suffix(".out.json"))]
     probe.main()
-    print(f"host time of one megatron-core layer (local spec), fastest of {REPEATS}, on {_cpu()}:")
+    print(f"host time of one megatron-core layer (local spec), fastest of {REPEATS}, on {cpu_name()}:")
     for name, r in results.items():
         print(f"  {name:38} forward {r['forward_ms']:.2f} ms ({r['kernels_forward']} kernels), backward "
               f"{r['backward_ms']:.2f} ms ({r['kernels_backward']} kernels): {r['per_kernel_us']:.1f} us a kernel")

@@ -103,8 +103,11 @@ def _kernels(fv: FlagValues) -> None:
     # megatron's own attention (fusions/fused_softmax.py FusedScaleMaskSoftmax): without the fused kernel the
     # torch path upcasts the scores and autograd keeps the fp32 softmax (query-key scaling forces fp32)
     fp32_softmax = fv.on("attention_softmax_in_fp32") or fv.on("apply_query_key_layer_scaling")
-    if job.linear_impl == "megatron" and job.attention == "unfused" and fp32_softmax and \
-            fv.value("masked_softmax_fusion") is False and job.params_dtype in ("bf16", "fp16"):
+    # FusedScaleMaskSoftmax.is_kernel_available: the fused kernel only for 16 < keys <= 4096, else the torch path
+    torch_softmax = job.linear_impl == "megatron" and job.attention == "unfused" and \
+        (fv.value("masked_softmax_fusion") is False or not 16 < (job.seq_length or 0) <= 4096)
+    job.step.torch_softmax = torch_softmax
+    if torch_softmax and fp32_softmax and job.params_dtype in ("bf16", "fp16"):
         job.softmax_bytes = 4
     job.moe_dispatcher = str(fv.value("moe_token_dispatcher_type") or "allgather")
     job.moe_grouped_gemm = fv.on("moe_grouped_gemm")

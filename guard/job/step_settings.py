@@ -15,6 +15,8 @@ class StepSettings:
     cuda_graphs: bool = False  # --cuda-graph-impl local | transformer_engine (or --enable-cuda-graph): no per-kernel
     #                            issue from the host for the captured layers
     attention_backend: str = "auto"  # --attention-backend: auto | flash | fused | unfused | local
+    torch_softmax: bool = False  # megatron's unfused attention without its fused softmax kernel
+    #                              (--no-masked-softmax-fusion): torch's masked_fill and softmax, eager passes
     log_params_norm: bool = False  # one pass over the parameters (calc_params_l2_norm) each logged step
     log_num_zeros_in_grad: bool = False  # one pass over the gradients each step
     clip_grad: float = 1.0  # > 0: the gradient norm (one pass over the gradients) and its scaling

@@ -90,16 +90,16 @@ class Hardware:
         flops = 4 * batched * s_q * s_k * head_dim / 2 * (2.5 if backward else 1.0)  # causal: half the square
         return flops / (rate * self.attention_scale)
 
-    def memory_seconds(self, nbytes: float) -> float:
-        """A memory-bound kernel moving `nbytes` through HBM: at the measured fraction of bandwidth, plus the
-        time any kernel takes however small."""
+    def memory_seconds(self, nbytes: float, kind: str | None = None) -> float:
+        """A memory-bound kernel moving `nbytes` through HBM: at the measured fraction of bandwidth (for an eager
+        kernel `kind`, its measured rate against the copy kernel's), plus the time any kernel takes however small."""
         if nbytes <= 0:
             return 0.0
         if self.speeds is None:
             eff = _stepped(self.constants["hbm_efficiency_by_mb"]["value"], nbytes / 1e6)
             return nbytes / (self.hbm_bytes_per_s * eff * self.memory_scale)
-        return nbytes / (self.hbm_bytes_per_s * self.speeds.hbm_fraction * self.memory_scale) + \
-            self.speeds.kernel_floor_s
+        fraction = self.speeds.hbm_fraction * (self.speeds.pass_fraction(kind) if kind else 1.0)
+        return nbytes / (self.hbm_bytes_per_s * fraction * self.memory_scale) + self.speeds.kernel_floor_s
 
     def host_link_seconds(self, nbytes: float) -> float:
         if nbytes <= 0:

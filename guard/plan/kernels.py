@@ -20,27 +20,18 @@ BLACKWELL = ("B200", "B300", "GB200", "GB300")
 
 @lru_cache(maxsize=1)
 def table() -> dict:
-    """The public table, with any GPU's own measurements (bench/gpu_kernels.py, schemas/gpus/measured/) over it."""
-    data = load_json("gpus", "kernels.json")
-    for path in sorted((schemas_dir() / "gpus" / "measured").glob("*.json")):
-        _measured(data, json.loads(path.read_text(encoding="utf-8")), path.name)
-    return data
-
-
-def _measured(data: dict, run: dict, name: str) -> None:
-    """A bench/gpu_kernels.py run: its best bf16 / FP8 GEMM rates replace the public rows of its GPU."""
+    """The public table, with any GPU's own measurements (schemas/gpus/measured/<GPU>/) laid over it."""
     from guard.memory.gpu_choice import choose_gpu
+    from guard.plan.measured_kernels import merge
 
-    entry = choose_gpu(str(run.get("gpu", ""))).entry or {}
-    gpu = entry.get("name")
-    if not gpu:
-        return
-    rows = data["gemm"]["tflops"].setdefault(gpu, {})
-    for dtype in ("bf16", "fp8"):
-        rates = [row[3] for row in run.get("gemm", {}).get(dtype, [])]
-        if rates:
-            rows[dtype] = [max(rates), f"schemas/gpus/measured/{name}: bench/gpu_kernels.py on {run['gpu']} "
-                                       f"(torch {run.get('torch')}, CUDA {run.get('cuda')})"]
+    data = load_json("gpus", "kernels.json")
+    for folder in sorted(p for p in (schemas_dir() / "gpus" / "measured").glob("*") if p.is_dir()):
+        files = {name: json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+                 for name in ("kernels", "layers") if (folder / f"{name}.json").is_file()}
+        gpu = (choose_gpu(folder.name).entry or {}).get("name")
+        if gpu:
+            merge(data, gpu, files.get("kernels"), files.get("layers"), f"schemas/gpus/measured/{folder.name}")
+    return data
 
 
 def stepped(rows: list[list[float]], size: float) -> float:
@@ -101,9 +92,12 @@ class KernelSpeeds:
         """Achieved fraction of peak for one GEMM of `gflop` GFLOP with reduction dim `k` (before wave
         quantization): the GPU's maximum, times the fall with size, times FP8's fall with small K."""
         g = table()["gemm"]
-        eff = self.gemm_fraction(dtype) * stepped(g["by_gflop"][0], gflop)
+        measured = g.get("by_gflop_measured", {}).get(self.gpu)
+        fall = interpolated(measured[0], gflop) if measured else stepped(g["by_gflop"][0], gflop)
+        eff = self.gemm_fraction(dtype) * fall
         if dtype == "fp8":
-            eff *= stepped(g["fp8_by_k"][0], k)
+            by_k = g.get("fp8_by_k_measured", {}).get(self.gpu)
+            eff *= interpolated(by_k[0], k) if by_k else stepped(g["fp8_by_k"][0], k)
         return eff
 
     def attention_flops_per_s(self, backend: str, seq: float, head_dim: int, backward: bool,
@@ -122,8 +116,12 @@ class KernelSpeeds:
         row = rates.get(backend) or rates.get("flash2")
         if row is None:
             return None
+        seqs = row.get("seq", a["seq"])
+        own_64 = row.get("bwd_64" if backward else "fwd_64")  # a measured row's own head-dim-64 rates
+        if head_dim <= 64 and own_64:
+            return interpolated([[s, v] for s, v in zip(seqs, own_64)], seq) * 1e12 * scale
         values = row.get("bwd" if backward else "fwd") or row["fwd_bwd"]
-        tflops = interpolated([[s, v] for s, v in zip(a["seq"], values)], seq)
+        tflops = interpolated([[s, v] for s, v in zip(seqs, values)], seq)
         if head_dim <= 64:
             tflops *= interpolated([[s, r] for s, r in zip(a["seq"], a["head_dim_64"]["ratio"])], seq)
         if self.gpu not in ("H100-SXM", "H200", "A100-80GB", "A100-40GB") and self.gpu not in BLACKWELL:
@@ -135,9 +133,14 @@ class KernelSpeeds:
         h = table()["hbm"]
         return (h["fraction"].get(self.gpu) or h["stand_in"])[0]
 
+    def pass_fraction(self, kind: str) -> float:
+        """An eager kernel kind's rate over the copy kernel's (measured; hbm.eager_softmax.fraction_of_copy)."""
+        return table()["hbm"]["eager_softmax"]["fraction_of_copy"][kind][0]
+
     @property
     def kernel_floor_s(self) -> float:
-        return table()["hbm"]["kernel_floor_s"][0]
+        h = table()["hbm"]
+        return (h.get("kernel_floor_measured", {}).get(self.gpu) or h["kernel_floor_s"])[0]
 
     def busbw(self, nbytes: float, ranks: int, across_nodes: bool, all_reduce: bool,
               nic_bytes_per_s: float, link_bytes_per_s: float) -> float:
@@ -179,15 +182,21 @@ class KernelSpeeds:
             if row:
                 out.append(f"GEMM {dtype}: {self.gemm_fraction(dtype):.1%} of peak at most, from {row[2]}")
         g, a, h, c = table()["gemm"], table()["attention"], table()["hbm"], table()["collectives"]
-        out.append(f"GEMM size fall: {g['by_gflop'][1]}; FP8 by K: {g['fp8_by_k'][1]}")
+        fall = g.get("by_gflop_measured", {}).get(self.gpu) or g["by_gflop"]
+        by_k = g.get("fp8_by_k_measured", {}).get(self.gpu) or g["fp8_by_k"]
+        out.append(f"GEMM size fall: {fall[1]}; FP8 by K: {by_k[1]}")
         arch = a["gpus"].get(self.gpu) or ("H100" if self.gpu in BLACKWELL else None)
         out.append("attention: " + ("; ".join(f"{k}: {v['source']}" for k, v in a["rates"][arch].items())
                                     if arch else "no kernel data: priced as GEMMs"))
         if self.gpu in BLACKWELL:
             out.append(f"attention on Blackwell: x{a['blackwell'][0]}, {a['blackwell'][1]}")
         hbm = h["fraction"].get(self.gpu) or h["stand_in"]
-        out.append(f"HBM: {hbm[0]:.0%} of peak, {hbm[1]}; tiny-kernel floor {h['kernel_floor_s'][0] * 1e6:.1f} us, "
-                   f"{h['kernel_floor_s'][1]}")
+        floor = h.get("kernel_floor_measured", {}).get(self.gpu) or h["kernel_floor_s"]
+        out.append(f"HBM: {hbm[0]:.0%} of peak, {hbm[1]}; tiny-kernel floor {floor[0] * 1e6:.2f} us, {floor[1]}")
+        eager = h["eager_softmax"]["fraction_of_copy"]
+        out.append("megatron's torch softmax passes (--no-masked-softmax-fusion), rate over the copy kernel's: " +
+                   ", ".join(f"{kind} {row[0]:.2f}" for kind, row in eager.items()) +
+                   f" ({eager['memcpy'][1].split(':')[0]})")
         rows = c["busbw"].get(self.link)
         out.append(f"collectives ({self.link}): " + ("; ".join(f"{k} {v[0] / 1e9:.0f} GB/s bus, {v[1]}"
                                                               for k, v in rows.items())

@@ -112,6 +112,9 @@ def layer_time(job: TrainingJob, hw: Hardware, index: int) -> LayerTime:
     back = Work({n: (FLASH_BACKWARD if n == "attention core (flash)" else 2) * x for n, x in w.gemm.items()},
                 {n: BACKWARD_MEMORY * x for n, x in w.memory.items()},
                 {**w.comm, **({tp_name: tp_bwd} if tp_bwd else {})})
+    back.memory.pop("scores buffer copy (baddbmm)", None)  # the backward's bmm writes fresh outputs
+    if "softmax" in back.memory:
+        back.memory["softmax"] = _softmax_seconds(job, hw, sh, _probs(job, sh), "backward")
     flash_back = _flash_backward(job, hw, sh)
     if flash_back is not None:
         back.gemm["attention core (flash)"] = flash_back
@@ -182,7 +185,10 @@ def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
         w.add("gemm", "attention core (QK^T, AV)", hw.gemm_seconds(s_q, s_k, d, batched)
               + hw.gemm_seconds(s_q, d, s_k, batched))
         probs = batched * s_q * s_k
-        w.add("memory", "softmax", hw.memory_seconds(2 * sh.act * probs))
+        if job.linear_impl == "megatron":  # DotProductAttention's baddbmm(buffer, ..., beta=0) copies the buffer
+            nbytes, kind, _ = _eager()["baddbmm_copy"]
+            w.add("memory", "scores buffer copy (baddbmm)", hw.memory_seconds(nbytes / 2 * sh.act * probs, kind))
+        w.add("memory", "softmax", _softmax_seconds(job, hw, sh, probs, "forward"))
         if arch.attention_dropout > 0:
             w.add("memory", "attention dropout", hw.memory_seconds((2 * sh.act + job.mask_bytes) * probs))
     else:  # flash attention skips the masked half of a causal square
@@ -202,6 +208,37 @@ def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
         ring = (lay.cp - 1) * p2p_seconds(hw, kv_bytes, spans_nodes(lay, "cp", hw.nvlink_domain))
         w.add("comm", "CP ring exchange (exposed)", max(0.0, ring - core))
     return core
+
+
+def _eager() -> dict:
+    from guard.plan.kernels import table
+
+    return table()["hbm"]["eager_softmax"]
+
+
+def _probs(job: TrainingJob, sh: _Shape) -> float:
+    """Score elements of one layer's unfused core on this rank."""
+    lay = job.layout
+    s_q = job.seq_length / (lay.cp or 1)
+    s_k = job.seq_length if (lay.cp or 1) > 1 else s_q
+    return job.micro_batch * job.arch.heads / sh.t / (lay.ulysses or 1) * s_q * s_k
+
+
+def _softmax_seconds(job: TrainingJob, hw: Hardware, sh: _Shape, probs: float, way: str) -> float:
+    """The unfused core's mask and softmax. A fused kernel (megatron's or Transformer Engine's scaled masked
+    softmax) reads the scores and writes the probabilities once each way (the backward reads two, writes one);
+    megatron's torch path (step.torch_softmax) runs eager passes, each at its kernel kind's measured rate:
+    with fp32 softmax (job.softmax_bytes 4) the casts and fp32 passes of hbm.eager_softmax, else the same passes
+    on 16-bit scores without the casts."""
+    if not job.step.torch_softmax:
+        return (1.0 if way == "forward" else BACKWARD_MEMORY) * hw.memory_seconds(2 * sh.act * probs)
+    fp32 = job.softmax_bytes == 4
+    total = 0.0
+    for nbytes, kind, _ in _eager()[way]:
+        if kind.startswith("cast") and not fp32:
+            continue
+        total += hw.memory_seconds((nbytes if fp32 else nbytes * sh.act / 4) * probs, kind)
+    return total
 
 
 def _mlp(hw: Hardware, w: Work, sh: _Shape, ffn: int, glu: int, t: int, label: str, tokens: float = 0,

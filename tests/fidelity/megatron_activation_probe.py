@@ -213,7 +213,8 @@ class _HostStream:
         pass
 
 
-def main() -> None:
+def cpu_setup() -> None:
+    """One gloo rank on the CPU, with the patches above: megatron-core's layers run without a GPU."""
     import torch
     import torch.distributed as dist
 
@@ -244,6 +245,10 @@ def main() -> None:
     torch.cuda.Stream = lambda *a, **k: stream
     torch.cuda.current_stream = lambda *a, **k: stream
     torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
+
+
+def main() -> None:
+    cpu_setup()
     cases = json.load(open(sys.argv[1]))
     listing = "--list" in sys.argv[3:]
     json.dump({name: measure(case, listing) for name, case in cases.items()}, open(sys.argv[2], "w"), indent=1)
