@@ -30,6 +30,16 @@ def positive_int(value: Any) -> int:
     return number
 
 
+def at_least_one(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number of at least 1, got {value!r}") from None
+    if not number >= 1.0:  # NaN fails too
+        raise ValueError(f"must be a number of at least 1, got {value!r}")
+    return number
+
+
 def release(value: Any) -> str:
     text = str(value).strip()
     if not re.fullmatch(r"v?\d+(\.\d+){0,2}", text):

@@ -194,6 +194,9 @@ def test_headroom_shrinks_what_fits():
     (["--megatron-args", "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 64 "
       "--max-position-embeddings 64 --micro-batch-size 1 --vocab-size 100", "--world-size", "2", "--gpu", "H100",
       "--allow", "tp,warp"], "--allow: unknown knob warp"),
+    (["--megatron-args", "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 64 "
+      "--max-position-embeddings 64 --micro-batch-size 1 --vocab-size 100", "--world-size", "2", "--gpu", "H100",
+      "--moe-imbalance", "0.5"], "--moe-imbalance: must be a number of at least 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(guard, argv, message):
     code, out, err = guard("plan", *argv)

@@ -156,3 +156,29 @@ def test_an_all_to_all_runs_at_the_speed_of_its_per_peer_pieces():
     messages (109.93 of 234.89 GB/s on A100), not for 64 MiB (171.54)."""
     seconds = collective_seconds(A100, "all_to_all", 64 << 20, 8, False)
     assert seconds == pytest.approx(7 / 8 * (64 << 20) / (234.89e9 * 0.468), rel=0.01)
+
+
+MOE = ("--num-layers 4 --hidden-size 1024 --ffn-hidden-size 4096 --num-attention-heads 16 --num-experts 8 "
+       "--moe-router-topk 2 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+       "--global-batch-size 64 --bf16 --vocab-size 32000 --moe-grouped-gemm --expert-model-parallel-size {ep}")
+
+
+def _moe_terms(ep: int, imbalance: float) -> dict:
+    job = megatron_job(MOE.format(ep=ep), 8)
+    job.step.moe_imbalance = imbalance
+    lt = layer_time(job, H100, 0)
+    return {**lt.forward.gemm, **lt.forward.memory, **lt.forward.comm}
+
+
+def test_a_stated_imbalance_prices_the_busiest_expert_rank():
+    """--moe-imbalance 2: the busiest EP rank gets twice its share of the 2048 x top-2 routed tokens. Its expert
+    GEMMs do twice the FLOPs (at no lower efficiency, so at most twice the time), and every all-to-all piece it
+    receives doubles: 2048 tokens x 2 (top-k) x 1024 hidden x 2 bytes x 2, split over the 8 ranks."""
+    even, busy = _moe_terms(8, 1.0), _moe_terms(8, 2.0)
+    for term in ("experts fc1", "experts fc2"):
+        assert 1.5 < busy[term] / even[term] <= 2.0 + 1e-9
+    assert busy["router"] == even["router"]  # every rank routes its own tokens
+    doubled = 2048 * 2 * 1024 * 2 * 2
+    assert busy["EP all-to-all"] == pytest.approx(2 * collective_seconds(H100, "all_to_all", doubled, 8, False))
+    # EP = 1: every expert is local, the rank's routed tokens are the same whatever the routing
+    assert _moe_terms(1, 2.0) == _moe_terms(1, 1.0)

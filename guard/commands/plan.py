@@ -28,6 +28,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError("give the GPU the job runs on: --gpu NAME (a catalog name, see guard estimate --list-models)")
     subject = read(request_for(args, args.inputs), settings)
     subject.job.require(layout=False)  # a layout that cannot run is still planned for
+    subject.job.step.moe_imbalance = args.moe_imbalance  # the one place the plan's stated routing enters the job
     verify = Judge(settings, memory=False).verify(subject)
     with _Progress() as progress:
         result = plan(subject.job, gpu, top=args.top, headroom=args.headroom.of(gpu.usable_bytes), verify=verify,

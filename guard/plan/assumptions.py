@@ -27,5 +27,6 @@ ASSUMPTIONS = (
     "the pipeline is replayed op by op in megatron-core's 1F1B/interleaved order for the layouts shown; the "
     "search ranks with m x (slowest stage) + (the other stages) / v",
     "per step: the gradient norm (--clip-grad), --log-num-zeros-in-grad and --log-params-norm passes, the gradient "
-    "buffer's reset and the optimizer step; MoE routing is balanced",
+    "buffer's reset and the optimizer step; MoE routing is balanced unless --moe-imbalance states the busiest "
+    "expert-parallel rank's share",
     "not priced: Python logging, timers and data loading, stragglers and network contention")

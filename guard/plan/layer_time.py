@@ -261,15 +261,19 @@ def _mlp(hw: Hardware, w: Work, sh: _Shape, ffn: int, glu: int, t: int, label: s
 def _moe(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> None:
     """Router, token permutation, expert GEMMs and EP all-to-all (the backward's mirror them).
 
-    Balanced routing (stated; routing imbalance is not priced): each rank's experts see tokens x top-k x
-    expert-TP / TP of its tokens (as activations.py counts them), split evenly over its local experts, whose GEMMs
-    run grouped (--moe-grouped-gemm) or one expert after another; dispatch and combine are one all-to-all each way.
+    Each rank's experts see tokens x top-k x expert-TP / TP of its tokens (as activations.py counts them), split
+    evenly over its local experts, whose GEMMs run grouped (--moe-grouped-gemm) or one expert after another;
+    dispatch and combine are one all-to-all each way. Routing is balanced unless a stated imbalance (guard plan
+    --moe-imbalance X) says the busiest EP rank receives X times its share: every rank waits for it at the
+    combine all-to-all, so its expert work, permutation and received bytes set the layer's time (with EP = 1
+    every expert is local and the rank's total does not change).
     """
     arch, lay = job.arch, job.layout
     tokens = sh.tokens / sh.rep
     e, k = arch.num_experts, arch.moe_topk
+    busiest = job.step.moe_imbalance if (lay.ep or 1) > 1 else 1.0
     w.add("gemm", "router", hw.gemm_seconds(tokens, e, sh.h))
-    dispatched = tokens * k * (lay.expert_tp or 1)
+    dispatched = tokens * k * (lay.expert_tp or 1) * busiest
     etp = lay.expert_tp or 1
     w.add("memory", "token permutation", 2 * hw.memory_seconds(2 * sh.act * dispatched * sh.h))
     local = max(1, e // max(1, lay.ep or 1))
@@ -277,7 +281,7 @@ def _moe(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> None:
          tokens=dispatched, experts=local, grouped=job.moe_grouped_gemm)
     if arch.shared_expert_ffn:
         _mlp(hw, w, sh, arch.shared_expert_ffn, 2 if arch.gated_mlp else 1, sh.t, "shared expert")
-    a2a = 2 * collective_seconds(hw, "all_to_all", sh.act * tokens * k * sh.h, lay.ep,
+    a2a = 2 * collective_seconds(hw, "all_to_all", sh.act * tokens * k * busiest * sh.h, lay.ep,
                                  spans_nodes(lay, "ep", hw.nvlink_domain))
     w.add("comm", "EP all-to-all", a2a)
 

@@ -64,6 +64,7 @@ def to_dict(result: Plan, explain: bool = False) -> dict:
         "close_calls": result.close_calls,
         "measured": result.measured,
         "assumptions": list(ASSUMPTIONS),
+        "moe_imbalance": result.current.job.step.moe_imbalance,
         "constants": result.hardware.sources(),
     }
 

@@ -47,6 +47,12 @@ def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
     current = result.current
     out.write(_row(result, current, "you") + "\n")
     out.write(f"\nyour layout: {current.reason or 'fits'}\n")
+    if job.arch.num_experts:
+        share = job.step.moe_imbalance
+        out.write("MoE routing priced " + ("balanced (stated: --moe-imbalance X prices a busiest expert-parallel rank "
+                                           "at X times its share)\n" if share == 1.0 else
+                                           f"with the busiest expert-parallel rank at {share:g}x its share "
+                                           f"(--moe-imbalance)\n"))
     if result.candidates:
         if result.close_calls:
             out.write("close call: the order of the first is a guess where a kernel table is 15 % off:\n")
