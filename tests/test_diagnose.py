@@ -106,7 +106,7 @@ def test_causes():
     assert cause(_event(shared)).name == "other-process" and "pid 222" in cause(_event(shared)).why
     # a 6.5 GiB GPU that PyTorch filled itself, nothing cached
     grown = RESERVED.replace("31.75 GiB total", "6.50 GiB total").replace("5.50 GiB reserved", "5.22 GiB reserved")
-    assert cause(_event(grown, ("iteration      120/  1000 | loss 2.1",))).name == "activation-growth"
+    assert cause(_event(grown, ("iteration      120/  1000 | loss 2.1",))).name == "growth"
     assert cause(_event(grown)).name == "capacity"
     assert cause(_event("NCCL WARN Cuda failure 'out of memory'")).name == "nccl"
     assert cause(_event("exitcode  : -9")).name == "host-memory"
@@ -146,7 +146,7 @@ def test_every_real_report_is_read(log):
 def test_fuzzed_logs_never_crash(lines):
     found = events(LogLine("fuzz", n, *strip_prefix(text)) for n, text in enumerate(lines, 1))
     for event in found:
-        assert cause(event).name in {"capacity", "fragmentation", "other-process", "activation-growth", "nccl",
+        assert cause(event).name in {"capacity", "fragmentation", "other-process", "growth", "nccl",
                                      "host-memory", "unknown"}
 
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from guard.diagnose.with_job import comparisons
 
         compared = {c.rank: as_dict(c) for c in comparisons(subject.job, found, scan.readings)}
-    result = report.to_dict(found, summaries, compared, scan.expandable)
+    result = report.to_dict(found, summaries, compared, scan)
     result["memory_reports"] = [asdict(r) for r in scan.readings]
     if job_from:
         result["job_from"] = job_from

@@ -1,9 +1,10 @@
 """Why an out-of-memory event happened, from a fixed vocabulary, with the numbers that say so and the fix.
 
 capacity: the job's own tensors fill the GPU; fragmentation: the caching allocator holds enough free
-bytes but not in one piece; other-process: memory this process's allocator does not hold is in use (two
-ranks on one GPU, a wrong CUDA_VISIBLE_DEVICES/LOCAL_RANK, a stray process); activation-growth: it ran for
-steps before (a longer batch, variable sequence length); nccl; host-memory; unknown.
+bytes but not in one piece; other-process: memory this process does not hold is in use (two ranks on one GPU,
+a wrong CUDA_VISIBLE_DEVICES/LOCAL_RANK, a stray process); growth: the rank's memory readings rose over time,
+or it ran for steps before (a leak, longer batches); nccl: NCCL's own buffers; shared-memory: /dev/shm (NCCL's
+shm transport, DataLoader workers); host-memory: host RAM (the allocator's message, or signal 9); unknown.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guard.diagnose.events import Event
+from guard.diagnose.growth import Growth
 from guard.units import GIB
 
 CONTEXT_ALLOWANCE = GIB  # CUDA context and NCCL of the process itself, outside PyTorch's reserved bytes
@@ -19,6 +21,9 @@ CONTEXT_ALLOWANCE = GIB  # CUDA context and NCCL of the process itself, outside 
 # bytes (this process's own CUDA context, NCCL buffers and cuBLAS workspaces take 0.5-2 GiB outside it).
 FOREIGN_MIN = GIB
 FOREIGN_INFERRED_SHARE = 0.10
+# the message's figures are rounded to two decimals of their unit and taken at slightly different moments
+ARITHMETIC_SLACK = GIB // 2
+ARITHMETIC_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -32,31 +37,42 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / GIB:.2f} GiB"
 
 
-def cause(event: Event, expandable: bool = False) -> Cause:
-    """`expandable`: the log or a snapshot says PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True."""
+def cause(event: Event, expandable: bool = False, growth: Growth | None = None) -> Cause:
+    """`expandable`: the log or a snapshot says PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True;
+    `growth`: what the rank's memory readings over time show (guard/diagnose/growth.py), if they rose."""
     o = event.oom
     if o.kind == "nccl":
-        return Cause("nccl", "NCCL could not allocate its buffers on the GPU",
-                     "leave room for NCCL (smaller NCCL_BUFFSIZE or fewer channels), or free memory before "
-                     "communicators are created")
+        asked = f" ({_gib(o.requested)} asked)" if o.requested else ""
+        return Cause("nccl", f"NCCL could not allocate its buffers on the GPU{asked}",
+                     "leave room for NCCL: a smaller NCCL_BUFFSIZE (default 4 MiB a channel and peer) or fewer "
+                     "channels (NCCL_MAX_NCHANNELS), or free memory before the communicators are created")
+    if o.kind == "shm":
+        asked = f" ({_gib(o.requested)} asked)" if o.requested else ""
+        return Cause("shared-memory", f"/dev/shm ran out{asked}: NCCL's shared-memory transport or the "
+                                      "DataLoader workers' batches live there, and containers give it 64 MiB",
+                     "give the container more shared memory (docker run --shm-size=16g, or a Kubernetes emptyDir "
+                     "with medium: Memory at /dev/shm); else NCCL_SHM_DISABLE=1 (NCCL falls back to P2P or "
+                     "sockets, slower) and fewer DataLoader workers")
     if o.kind in ("host", "host-killed"):
-        return Cause("host-memory", "host RAM ran out" + (" (the kernel's OOM killer ended a rank)"
-                                                           if o.kind == "host-killed" else ""),
+        asked = f", {_gib(o.requested)} asked" if o.requested else ""
+        return Cause("host-memory", "host RAM ran out" + (" (the kernel's OOM killer ended a rank: signal 9)"
+                                                           if o.kind == "host-killed" else asked),
                      "fewer data-loader workers or less pinned memory; offload less to the CPU; load checkpoints "
-                     "on fewer ranks at a time")
+                     "on fewer ranks at a time (or memory-mapped)")
     if o.kind != "cuda-oom" or o.total is None:
         return Cause("unknown", f"{o.kind} without sizes: the log does not say how full the GPU was",
                      "rerun with PyTorch's caching allocator message visible (or a memory snapshot)")
-    foreign = _foreign(o)
+    foreign, rule = _foreign(o)
     floor = FOREIGN_MIN if o.processes else FOREIGN_INFERRED_SHARE * o.total
     # someone else's memory matters when, without it, the request would have fit
     if foreign is not None and foreign >= max(floor, (o.requested or 0) - (o.free or 0)):
-        mine = _mine(o)
-        listed = ", ".join(f"pid {pid} {_gib(b)}" for pid, b in o.processes.items() if pid != mine)
-        return Cause("other-process", f"{_gib(foreign)} of GPU {o.device} is held outside this process's allocator"
-                                      + (f" ({listed})" if listed else ""),
+        return Cause("other-process", f"{_gib(foreign)} of GPU {o.device} is held outside this process ({rule})",
                      "one rank per GPU: check CUDA_VISIBLE_DEVICES and LOCAL_RANK (torch.cuda.set_device), and "
-                     "stop other processes on the device")
+                     "stop other processes on the device (nvidia-smi lists them)")
+    if growth is not None:
+        return Cause("growth", f"memory rose before it ran out: {growth.why}",
+                     "find what is kept across steps (tensors held for logging, an evaluation loop that keeps "
+                     "graphs: use torch.no_grad and .item(), caches never freed) or cap the sequence length")
     spare = (o.reserved_unallocated or 0) + (o.free or 0)
     if o.reserved_unallocated is not None and spare >= (o.requested or 0) and \
             o.reserved_unallocated > 0.05 * o.total:
@@ -67,26 +83,44 @@ def cause(event: Event, expandable: bool = False) -> Cause:
                      "the phase that failed" if expandable else
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb on older PyTorch)")
     if event.phase.startswith("step ") and event.phase not in ("step 0", "step 1"):
-        return Cause("activation-growth", f"it ran until {event.phase} before running out: a later batch needed "
-                                          "more (longer sequences, or memory that grows step by step)",
+        return Cause("growth", f"it ran until {event.phase} before running out: a later batch needed more "
+                               "(longer sequences, or memory that grows step by step)",
                      "cap the sequence length or pack to a fixed length; look for tensors kept across steps")
     return Cause("capacity", f"PyTorch held {_gib(o.allocated)} of {_gib(o.total)} and asked for "
                              f"{_gib(o.requested)} more: the job does not fit",
                  "change the layout: guard plan with the job's inputs lists what fits")
 
 
-def _foreign(o) -> int | None:
-    """Bytes in use on the device that this process's allocator does not hold. NVML's list often holds the
-    failing process itself under its container PID: the smallest entry that can hold PyTorch's reserved
-    bytes is taken as this process."""
-    reserved = o.reserved or 0
+def _foreign(o) -> tuple[int | None, str]:
+    """(bytes in use on the device outside this process, the rule that decided). With the list NVML prints and
+    this process's own figure, the arithmetic decides: the GPU's used memory (total - free) is this process plus
+    the listed ones when they are others, or this process alone when the listed one is this process seen from
+    another PID namespace (a container)."""
+    used = None if o.free is None else o.total - o.free
+    if o.processes and o.this_process is not None and used is not None:
+        tolerance = max(ARITHMETIC_SLACK, ARITHMETIC_SHARE * o.total)
+        # first: every listed process is another; then: the one whose figure is this process's is this process
+        for own in [None, *(p for p, b in o.processes.items() if abs(b - o.this_process) <= tolerance)]:
+            others = {p: b for p, b in o.processes.items() if p != own}
+            if abs(used - (o.this_process + sum(others.values()))) <= tolerance:
+                named = (f"pid {own} is this process under another PID namespace" if own is not None else "") + \
+                    "".join(f"{'; ' if own is not None or i else ''}pid {p} {_gib(b)}"
+                            for i, (p, b) in enumerate(others.items()))
+                return sum(others.values()), f"used {_gib(used)} = this process {_gib(o.this_process)} + the " \
+                                             f"others listed: {named}" if others else \
+                    f"used {_gib(used)} = this process alone: {named}"
+        return max(0, used - o.this_process), f"used {_gib(used)} less this process's {_gib(o.this_process)}"
     if o.processes:
         mine = _mine(o)
-        return sum(b for pid, b in o.processes.items() if pid != mine)
-    if o.reserved is None or o.free is None:
-        return None
-    own = o.this_process if o.this_process and o.this_process >= reserved else reserved + CONTEXT_ALLOWANCE
-    return max(0, o.total - o.free - own)
+        others = {pid: b for pid, b in o.processes.items() if pid != mine}
+        return sum(others.values()), ("NVML lists " + ", ".join(f"pid {p} {_gib(b)}" for p, b in others.items())
+                                      + (f" besides pid {mine}, the one holding PyTorch's reserved bytes"
+                                         if mine is not None else ""))
+    if o.reserved is None or used is None:
+        return None, ""
+    own = o.this_process if o.this_process and o.this_process >= (o.reserved or 0) else \
+        o.reserved + CONTEXT_ALLOWANCE
+    return max(0, used - own), f"used {_gib(used)} less this process's {_gib(own)} (inferred: no process list)"
 
 
 def _mine(o) -> int | None:

@@ -26,6 +26,8 @@ class Event:
     rank: int | None
     phase: str  # start-up | first step | step N | checkpoint save | evaluation
     oom: OomText
+    host: str | None = None  # the node, where the log names it (torchrun's failure summary)
+    rank_from: str = ""  # where the rank came from when not the line's own prefix
 
 
 def events(lines: Iterable[LogLine], phase: dict[int | None, str] | None = None) -> list[Event]:

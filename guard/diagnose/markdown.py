@@ -17,7 +17,8 @@ def _gib(n) -> str:
 def write_markdown(report: dict, out: TextIO) -> None:
     events = report["events"]
     logs = sorted({e["source"] for e in events})
-    out.write(f"# guard diagnose\n\n**{len(events)} out-of-memory event{'s' if len(events) != 1 else ''}** in "
+    out.write("# guard diagnose\n\n" + (verdict(report) + "\n\n" if events else "") +
+              f"**{len(events)} out-of-memory event{'s' if len(events) != 1 else ''}** in "
               f"{len(logs)} log{'s' if len(logs) != 1 else ''}.\n\n## Events\n\n"
               "| where | rank | GPU | phase | cause | asked | free | allocated | reserved, unallocated |\n"
               "|---|---:|---:|---|---|---:|---:|---:|---:|\n")
@@ -50,6 +51,33 @@ def write_markdown(report: dict, out: TextIO) -> None:
                   "| category | allocated |\n|---|---:|\n")
         for name, size in sorted(summary["by_category"].items(), key=lambda kv: -kv[1]):
             out.write(f"| {name} | {_gib(size)} |\n")
+
+
+WHAT = {"cuda-oom": "ran out of GPU memory", "nccl": "could not allocate NCCL's buffers on its GPU",
+        "shm": "ran out of shared memory (/dev/shm)", "host": "ran out of host RAM",
+        "host-killed": "was killed by signal 9 (the kernel's OOM killer, most often)"}
+
+
+def verdict(report: dict) -> str:
+    """One paragraph to paste into an issue: what failed, where, why, and the one change to make. The failure
+    spoken of is torchrun's root cause when the log has one, else the first event."""
+    events = report["events"]
+    first = next((e for e in events if e.get("rank_from") == "torchrun's root cause"), events[0])
+    where = [f"Rank {first['rank']}" if first["rank"] is not None else "A rank the log does not name"]
+    if first.get("host"):
+        where[0] += f" on {first['host']}"
+    if first["device"] is not None:
+        physical = first.get("physical_device")
+        where.append(f"GPU {first['device']}" + (f" (physical GPU {physical})" if physical is not None else ""))
+    others = len(events) - 1
+    fix = next(f["fix"] for f in report["suggestions"] if f["cause"] == first["cause"])
+    layouts = report.get("layouts_that_fit") or []
+    change = fix + (f"; or, from guard plan, the fastest layout that fits: {layouts[0]['changes']}"
+                    if first["cause"] == "capacity" and layouts else "")
+    return (f"**Verdict.** {', '.join(where)} {WHAT.get(first['kind'], 'failed to allocate memory')} "
+            f"({first['phase']}, `{first['source']}:{first['line']}`)"
+            + (f", one of {others + 1} events" if others else "")
+            + f". Cause: **{first['cause']}**, {first['why']}. Change: {change}.")
 
 
 def _cell(value) -> str:

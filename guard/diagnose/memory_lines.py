@@ -25,17 +25,20 @@ SHARD_PARAMS = re.compile(r"Number of parameters in (most loaded shard|other sha
 RANK_PARAMS = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\): (\d+)")
 DEEPSPEED = re.compile(r"MA " + NUMBER + r" GB\s+Max_MA " + NUMBER + r" GB\s+CA " + NUMBER + r" GB\s+Max_CA " +
                        NUMBER + r" GB")
+# a trainer's metrics dict (axolotl's callbacks log these each logging step, in GiB)
+TRAINER = re.compile(r"'memory/(max_mem_allocated|max_mem_active|device_mem_reserved)\(gib\)'\s*:\s*" + NUMBER)
 HOST = re.compile(r"CPU Virtual Memory:\s+used = " + NUMBER + r" GB, percent = " + NUMBER + "%")
 LOGGER = re.compile(r"^\[[^\]]*\] \[[A-Z]+\] \[[^\]]*\] ")  # DeepSpeed's logger: [time] [INFO] [file:N:func]
 # one cheap search before the others (these lines are rare in a log)
-ANY = re.compile(r"memory \(MB\)|Theoretical memory|in billions|number of parameters on|Max_MA|CPU Virtual Memory")
+ANY = re.compile(r"memory \(MB\)|Theoretical memory|in billions|number of parameters on|Max_MA|CPU Virtual Memory|"
+                 r"memory/")
 
 
 @dataclass
 class Reading:
     """One memory report of one rank (bytes; None where the line does not say)."""
 
-    kind: str  # "megatron" | "megatron-theoretical" | "megatron-params" | "deepspeed" | "host" | "summary"
+    kind: str  # "megatron" | "megatron-theoretical" | "megatron-params" | "deepspeed" | "trainer" | "host" | "summary"
     label: str  # what the report was taken after ("after 10 iterations", DeepSpeed's message, ...)
     rank: int | None = None
     allocated: int | None = None
@@ -91,6 +94,9 @@ def reading(text: str, before: str = "") -> Reading | None:
     if m:
         a, ma, c, mc = (round(float(v) * GB) for v in m.groups())
         return Reading("deepspeed", LOGGER.sub("", before.strip()) or "see_memory_usage", None, a, ma, c, mc)
+    m = TRAINER.search(text)
+    if m:
+        return Reading("trainer", m.group(1), max_allocated=round(float(m.group(2)) * GB))
     m = HOST.search(text)
     if m:
         return Reading("host", "CPU virtual memory", device_used=round(float(m.group(1)) * GB))

@@ -31,14 +31,21 @@ LOOKALIKES = [  # (kind, pattern): OOMs that are not the caching allocator's mes
     ("cudnn", re.compile(r"CUDNN_STATUS_ALLOC_FAILED")),
     ("nccl", re.compile(r"Failed to CUDA calloc (\d+) bytes|NCCL WARN Cuda failure 'out of memory'|"
                         r"Cuda failure 'out of memory'")),
-    ("host", re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)[^\n]*?(?:allocate (\d+) "
+    # shared memory: NCCL's shm transport (transport/shm.cc, misc/shmutils.cc: /dev/shm too small in a container,
+    # WSL2) and PyTorch's DataLoader workers (their batches travel through /dev/shm)
+    ("shm", re.compile(r"failed to extend \S*/dev/shm/\S+ to (\d+) bytes|Error while creating shared memory "
+                       r"segment[^\n]*?\(size (\d+)\)|Error while creating shared memory segment|unable to allocate "
+                       r"shared memory|out of shared memory|insufficient shared memory \(shm\)|No space left on "
+                       r"device[^\n]*?/dev/shm|/dev/shm[^\n]*?No space left on device|"
+                       r"shm\.cc:\d+ NCCL WARN")),
+    ("host", re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)(?:[^\n]*?allocate (\d+) "
                         r"bytes)?")),
     ("host-killed", re.compile(r"exitcode\s*:\s*-9\b|return code = -9\b|Signal 9 \(SIGKILL\)|oom[-_]kill")),
 ]
 
 
 # one cheap search rules out the lines that hold none of the above (nearly all of a training log)
-ANY = re.compile(r"out of memory|ALLOC_FAILED|calloc|DefaultCPUAllocator|-9\b|SIGKILL|oom[-_]kill")
+ANY = re.compile(r"out of memory|ALLOC_FAILED|calloc|DefaultCPUAllocator|-9\b|SIGKILL|oom[-_]kill|shm|shared memory")
 
 
 def size(number: str, unit: str) -> int:
@@ -50,7 +57,7 @@ class OomText:
     """What one message says (None where it does not say it)."""
 
     kind: str  # "cuda-oom" (the caching allocator) or a look-alike kind
-    start: int  # offset of the message in its line
+    start: int = field(compare=False)  # offset of the message in its line
     requested: int | None = None
     device: int | None = None
     total: int | None = None

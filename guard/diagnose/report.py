@@ -8,21 +8,29 @@ from typing import TextIO
 
 from guard.diagnose.causes import Cause, cause
 from guard.diagnose.events import Event
+from guard.diagnose.scan import LogScan
 from guard.units import GIB
 
 
 def to_dict(events: list[Event], snapshots: dict | None = None, compared: dict[int, dict] | None = None,
-            expandable: bool = False) -> dict:
+            scan: LogScan | None = None) -> dict:
     """The JSON contract; `compared`: rank -> guard's prediction beside the observations (compare.as_dict);
-    `expandable`: the allocator already runs with expandable segments."""
+    `scan`: what else the logs said (the allocator's settings, the ranks' memory over time, CUDA_VISIBLE_DEVICES)."""
     rows, ranks, fixes, compared = [], {}, {}, compared or {}
-    expandable = expandable or any(s.get("expandable_segments") for s in (snapshots or {}).values())
+    expandable = (scan is not None and scan.expandable) or \
+        any(s.get("expandable_segments") for s in (snapshots or {}).values())
+    visible = scan.visible_devices if scan is not None else None
     for event in events:
-        o, c = event.oom, cause(event, expandable)
+        o = event.oom
+        c = cause(event, expandable, scan.trends.growth(event.rank) if scan is not None else None)
         if c.name == "capacity" and event.rank in compared:
             c = with_prediction(c, compared[event.rank])
-        rows.append({"rank": event.rank, "source": event.source, "line": event.line, "phase": event.phase,
-                     "kind": o.kind, "device": o.device, "era": o.era or None, "requested_bytes": o.requested,
+        physical = visible[o.device] if visible and o.device is not None and o.device < len(visible) else None
+        rows.append({"rank": event.rank, "rank_from": event.rank_from or None, "host": event.host,
+                     "source": event.source, "line": event.line, "phase": event.phase,
+                     "kind": o.kind, "device": o.device, "physical_device": physical,
+                     "visible_devices": ",".join(map(str, visible)) if physical is not None else None,
+                     "era": o.era or None, "requested_bytes": o.requested,
                      "capacity_bytes": o.total, "free_bytes": o.free, "allocated_bytes": o.allocated,
                      "reserved_unallocated_bytes": o.reserved_unallocated,
                      "other_processes": {str(pid): b for pid, b in o.processes.items()} or None,
@@ -76,7 +84,11 @@ def write_text(report: dict, out: TextIO) -> None:
               f"log{'s' if logs != 1 else ''}" + (f" (ranks {', '.join(map(str, ranks))})" if ranks else "") + "\n")
     for e in events:
         who = f"rank {e['rank']}" if e["rank"] is not None else "rank unknown"
+        who += f" ({e['rank_from']})" if e.get("rank_from") else ""
+        who += f" on {e['host']}" if e.get("host") else ""
         gpu = f", GPU {e['device']}" if e["device"] is not None else ""
+        if e.get("physical_device") is not None:
+            gpu += f" (physical GPU {e['physical_device']}: CUDA_VISIBLE_DEVICES={e['visible_devices']})"
         out.write(f"\n{e['source']}:{e['line']}: {who}{gpu}, {e['phase']}: {e['cause']}: {e['why']}\n")
         if e["kind"] == "cuda-oom":
             out.write(f"  asked {_gib(e['requested_bytes'])}; free {_gib(e['free_bytes'])} of "

@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass, field
 
 from guard.diagnose.events import Event, events, mark_phase
+from guard.diagnose.growth import Point, Trends
+from guard.diagnose.oom_text import OomText
+from guard.diagnose.torchrun_summary import SummaryReader
 from guard.diagnose.log_lines import LogLine, blocks, strip_prefix
 from guard.diagnose.memory_lines import Reading, key, reading, says_more
 from guard.intake.printed import ArgsReader, PrintedArgs
@@ -17,11 +20,14 @@ from guard.diagnose.summary_table import Tables
 # (measured 3x slower). They cover oom_text.ANY ("emory": out of memory, memory (MB), Theoretical memory,
 # memory summary, CPU Virtual Memory; "umber of parameters": both parameter-count lines) and the rest.
 MARKERS = ("emory", "ALLOC_FAILED", "calloc", "DefaultCPUAllocator", "-9", "SIGKILL", "oom_kill", "oom-kill",
-           "umber of parameters", "Max_MA", "-- arguments --", "expandable_segments")
+           "umber of parameters", "Max_MA", "-- arguments --", "expandable_segments", "/dev/shm", "shm.cc",
+           "Root Cause", "CUDA_VISIBLE_DEVICES")  # "emory" also stands for "shared memory"
 # the allocator's setting as a log shows it (an environment dump, a launcher line), not the OOM message's advice
 EXPANDABLE = re.compile(r"expandable_segments:\s*True")
 ADVICE = "try setting PYTORCH_CUDA_ALLOC_CONF"
-PHASE_LOOKBACK = 64  # lines at the end of a skipped block searched for the phase marker
+PHASE_LOOKBACK = 64
+REPEAT_LINES = 20  # lines within which the same rank's same failure said again is one event
+VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*[=:]\s*['\"]?(\d+(?:\s*,\s*\d+)*)")  # lines at the end of a skipped block searched for the phase marker
 
 
 @dataclass
@@ -36,6 +42,9 @@ class LogScan:
     tables: Tables = field(default_factory=Tables)
     args: ArgsReader = field(default_factory=ArgsReader)
     expandable: bool = False  # the log shows PYTORCH_CUDA_ALLOC_CONF with expandable_segments:True
+    trends: Trends = field(default_factory=Trends)  # each rank's memory over time (growth.py)
+    summary: SummaryReader = field(default_factory=SummaryReader)  # torchrun's failure summaries
+    visible_devices: list[int] | None = None  # CUDA_VISIBLE_DEVICES as the log shows it
 
     @property
     def busy(self) -> bool:
@@ -58,7 +67,17 @@ class LogScan:
         return self.args.result()
 
     def feed(self, line: LogLine) -> None:
-        self.events += events([line], self.phase)
+        if self.summary.feed(line.path, line.number, line.text):
+            return  # torchrun's summary: one record per failed rank, read when the block ends
+        visible = VISIBLE.search(line.text)
+        if visible:
+            self.visible_devices = [int(d) for d in visible.group(1).split(",") if d.strip().isdigit()]
+        found_events = [e for e in events([line], self.phase) if not self._repeats(e)]
+        for event in found_events:
+            if event.oom.allocated is not None:
+                self.trends.add("allocated at each out-of-memory message", event.rank,
+                                Point(line.path, line.number, event.oom.allocated))
+        self.events += found_events
         self.args.feed(line.path, line.number, line.text)
         done = self.tables.feed(line.path, line.number, line.rank, line.text)
         if done is not None:
@@ -68,9 +87,35 @@ class LogScan:
             found.source, found.line = line.path, line.number
             found.rank = line.rank if found.rank is None else found.rank
             self.keep(found)
+            self._trend(found)
         self.previous[line.rank] = line.text
         if not self.expandable and EXPANDABLE.search(line.text) and ADVICE not in line.text:
             self.expandable = True
+
+    def _repeats(self, event: Event) -> bool:
+        """A line that says again what the last event said, a few lines on: a signal-9 kill of the same rank (exit
+        code, then the signal), or the same message of the same rank (NCCL's WARN per thread, a traceback
+        printed twice)."""
+        last = self.events[-1] if self.events else None
+        if last is None or last.rank != event.rank or last.source != event.source or \
+                event.line - last.line > REPEAT_LINES:
+            return False
+        return last.oom == event.oom if event.oom.kind != "host-killed" else last.oom.kind == "host-killed"
+
+    def _trend(self, r: Reading) -> None:
+        """A reading that can be compared with the same report later: allocated memory over time."""
+        where = Point(r.source, r.line, 0)
+        if r.kind == "megatron":
+            for what, value in (("allocated between iterations (report_memory)", r.allocated),
+                                ("peak allocated (report_memory)", r.max_allocated)):
+                if value is not None:
+                    self.trends.add(what, r.rank, Point(where.source, where.line, value))
+        elif r.kind == "deepspeed" and r.allocated is not None:
+            self.trends.add(f"allocated at '{r.label}' (see_memory_usage)", r.rank,
+                            Point(where.source, where.line, r.allocated))
+        elif r.kind == "trainer" and r.max_allocated is not None:
+            self.trends.add(f"{r.label} (the trainer's memory column)", r.rank,
+                            Point(where.source, where.line, r.max_allocated))
 
     def skim(self, path: str, first: int, texts: list[str]) -> None:
         """A block without markers: only what its last lines say about the phase and the previous line."""
@@ -90,7 +135,26 @@ class LogScan:
     def finish(self) -> LogScan:
         for table in self.tables.close_all():
             self.keep(table)
+        self._failures()
         return self
+
+    def _failures(self) -> None:
+        """torchrun's records: a rank killed by signal 9 is one host-memory event (unless a line of its own said
+        so already); the root cause's rank and host name the events that carry no rank."""
+        self.summary.finish()
+        killed = {e.rank for e in self.events if e.oom.kind == "host-killed"}
+        for f in self.summary.failures:
+            if f.killed and f.rank not in killed:
+                killed.add(f.rank)
+                self.events.append(Event(f.source, f.line, f.rank, self.phase.get(f.rank, self.phase.get(None))
+                                         or "start-up or first step", OomText("host-killed", 0), f.host,
+                                         "torchrun's failure summary"))
+        roots = {(f.rank, f.host) for f in self.summary.failures if f.root_cause and f.rank is not None}
+        if len(roots) == 1:
+            rank, host = roots.pop()
+            for event in self.events:
+                if event.rank is None:
+                    event.rank, event.host, event.rank_from = rank, host, "torchrun's root cause"
 
 
 def scan_file(path: str, scan: LogScan | None = None) -> LogScan:
