@@ -178,3 +178,86 @@ def test_the_json_names_host_and_rank_origin(tmp_path):
     out = _report(tmp_path, SUMMARY.format(code="-9", traceback="Signal 9 (SIGKILL) received by PID 4242"))
     json.dumps(out)  # the contract stays plain JSON
     assert out["events"][0]["rank_from"] == "torchrun's failure summary"
+
+
+@pytest.mark.parametrize(("text", "kind", "name"), [
+    ("ValueError: Free memory on device (7.34/139.72 GiB) on startup is less than desired GPU memory utilization "
+     "(0.9, 125.75 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+     "vllm-startup", "other-process"),
+    ("ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be stored in "
+     "KV cache (3664). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+     "engine.", "vllm-kv", "capacity"),
+    ("MemoryError", "host", "host-memory"),
+    ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 1.50 GiB for an array with shape (201326592,)",
+     "host", "host-memory"),
+])
+def test_vllm_and_python_memory_errors(text, kind, name):
+    assert messages(text)[0].kind == kind and cause(_event(text)).name == name
+
+
+def test_vllm_start_up_says_what_others_hold():
+    """139.72 GiB total, 7.34 free at start-up: 132.38 GiB was held before vLLM took its 0.9."""
+    found = cause(_event("ValueError: Free memory on device (7.34/139.72 GiB) on startup is less than desired GPU "
+                         "memory utilization (0.9, 125.75 GiB)."))
+    assert "132.38 GiB was already held" in found.why
+
+
+def test_nccls_failure_then_its_size_is_one_event(tmp_path):
+    text = ("[2025-05-12 17:31:38] AIS:2375:2649 [3] include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'\n"
+            "[2025-05-12 17:31:38] AIS:2375:2649 [3] include/alloc.h:206 NCCL WARN Failed to CUDA calloc async 24 "
+            "bytes\n")
+    events = _report(tmp_path, text)["events"]
+    assert [(e["cause"], e["rank"], e["requested_bytes"]) for e in events] == [("nccl", 3, 24)]
+
+
+def test_an_nccl_failure_in_its_shm_transport_is_shared_memory(tmp_path):
+    """NCCL names the transport that failed in the lines after (transport/shm.cc: the pinned host buffers of its
+    shared-memory transport, WSL2's weak spot)."""
+    text = ("AIS:2375:2649 [1] include/alloc.h:65 NCCL WARN Cuda failure 2 'out of memory'\n"
+            "AIS:2375:2649 [1] NCCL INFO transport/shm.cc:534 -> 1\n")
+    assert _report(tmp_path, text)["events"][0]["cause"] == "shared-memory"
+
+
+def test_a_message_wrapped_by_a_paste_is_joined(tmp_path):
+    """A terminal paste cut the message every 90 characters, mid-word: the pieces are read as one message."""
+    whole = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU  has a total capacity "
+             "of 23.67 GiB of which 1.59 GiB is free. Including non-PyTorch memory, this process has 22.06 GiB "
+             "memory in use. Of the allocated memory 19.75 GiB is allocated by PyTorch, and 1.78 GiB is reserved by "
+             "PyTorch but unallocated.")
+    cut = "\n".join(whole[i:i + 90] for i in range(0, len(whole), 90))
+    event = _report(tmp_path, "[rank1]: " + cut + "\n")["events"][0]
+    assert (event["rank"], event["capacity_bytes"], event["allocated_bytes"]) == (1, round(23.67 * 2**30),
+                                                                                 round(19.75 * 2**30))
+
+
+def test_a_full_host_with_no_message_is_host_memory(tmp_path):
+    """DeepSpeed's see_memory_usage shows the host 99.8 % used and the log ends (the OOM killer prints nothing
+    in the process's own output)."""
+    text = ("[2023-03-01 05:13:31,385] [INFO] [utils.py:825:see_memory_usage] start-of-generate\n"
+            "[2023-03-01 05:13:31,392] [INFO] [utils.py:826:see_memory_usage] MA 0.0 GB         Max_MA 0.0 GB       "
+            "  CA 20.1 GB         Max_CA 20 GB \n"
+            "[2023-03-01 05:13:31,393] [INFO] [utils.py:834:see_memory_usage] CPU Virtual Memory:  used = 502.63 GB, "
+            "percent = 99.8%\n")
+    event = _report(tmp_path, text)["events"][0]
+    assert event["cause"] == "host-memory" and "99.8 % used" in event["why"]
+    calm = text.replace("99.8%", "40.1%")
+    assert _report(tmp_path, calm)["events"] == []
+
+
+def test_real_logs_from_public_threads():
+    """bench/diagnose_real.py's set (tests/diagnose_real/MANIFEST.tsv), where its logs are on this machine: the
+    cause the thread established, guard's first event. The logs are other people's text, kept out of the repo."""
+    import sys
+
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import diagnose_real
+
+    where = diagnose_real.folder([])
+    rows = [r for r in diagnose_real.rows() if (where / r["file"]).is_file()]
+    if not rows:
+        pytest.skip(f"the real logs are not in {where}")
+    right = sum((e := diagnosed(where / r["file"])) is not None and e["cause"] == r["cause"] for r in rows
+                for diagnosed in [diagnose_real.diagnosed])
+    assert right >= 0.6 * len(rows)

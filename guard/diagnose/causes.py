@@ -49,14 +49,27 @@ def cause(event: Event, expandable: bool = False, growth: Growth | None = None) 
     if o.kind == "shm":
         asked = f" ({_gib(o.requested)} asked)" if o.requested else ""
         return Cause("shared-memory", f"/dev/shm ran out{asked}: NCCL's shared-memory transport or the "
-                                      "DataLoader workers' batches live there, and containers give it 64 MiB",
+                                      "DataLoader workers' batches live there, and containers give it 64 MiB"
+                     + (f" ({o.note})" if o.note else ""),
                      "give the container more shared memory (docker run --shm-size=16g, or a Kubernetes emptyDir "
                      "with medium: Memory at /dev/shm); else NCCL_SHM_DISABLE=1 (NCCL falls back to P2P or "
                      "sockets, slower) and fewer DataLoader workers")
+    if o.kind == "vllm-startup":
+        return Cause("other-process", f"vLLM found {_gib(o.free)} free of {_gib(o.total)} at start-up: "
+                                      f"{_gib(o.total - o.free)} was already held (the trainer on the same GPU, "
+                                      "another engine, a stray process)",
+                     "lower gpu_memory_utilization to the share left to vLLM (colocated with training: TRL's "
+                     "vllm_gpu_memory_utilization), or move vLLM to its own GPUs; stop other processes")
+    if o.kind == "vllm-kv":
+        return Cause("capacity", "vLLM's KV cache cannot hold the sequences it is configured for after the "
+                                 "weights and activations took their share",
+                     "raise gpu_memory_utilization if the GPU is vLLM's alone, else lower max_model_len or "
+                     "max_num_seqs, or shard the model (tensor_parallel_size)")
     if o.kind in ("host", "host-killed"):
         asked = f", {_gib(o.requested)} asked" if o.requested else ""
         return Cause("host-memory", "host RAM ran out" + (" (the kernel's OOM killer ended a rank: signal 9)"
-                                                           if o.kind == "host-killed" else asked),
+                                                           if o.kind == "host-killed" else asked)
+                     + (f": {o.note}" if o.note else ""),
                      "fewer data-loader workers or less pinned memory; offload less to the CPU; load checkpoints "
                      "on fewer ranks at a time (or memory-mapped)")
     if o.kind != "cuda-oom" or o.total is None:

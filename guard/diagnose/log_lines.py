@@ -17,7 +17,7 @@ RANK_PREFIXES = [
     re.compile(r"^\[(?:[\w.-]+):(\d+)\]:\s?"),  # torchrun --tee: [host:rank]:
     re.compile(r"^\[default(\d+)\]:\s?"),
     re.compile(r"^(\d+):\s"),  # srun --label, deepspeed's per-rank prefix
-    re.compile(r"^[\w.-]+:\d+:\d+ \[(\d+)\] "),  # NCCL: host:pid:tid [dev]
+    re.compile(r"^(?:\[[\d:. -]+\] )?[\w.-]+:\d+:\d+ \[(\d+)\] "),  # NCCL: [time] host:pid:tid [dev]
 ]
 NOISE = [re.compile(r"^(?:> )+"), re.compile(r"^[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d [\w./-]+:\d+\] ")]
 MAX_LINE = 1 << 20  # a line longer than this is read in pieces (a log without newlines)

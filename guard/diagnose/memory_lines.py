@@ -51,6 +51,7 @@ class Reading:
     parameters: int | None = None  # on this rank (exact), or Megatron's most loaded shard (to 10**5)
     tp_rank: int | None = None
     pp_rank: int | None = None
+    percent: float | None = None  # the host's memory in use, DeepSpeed's "CPU Virtual Memory" line
     source: str = ""
     line: int = 0
 
@@ -99,5 +100,6 @@ def reading(text: str, before: str = "") -> Reading | None:
         return Reading("trainer", m.group(1), max_allocated=round(float(m.group(2)) * GB))
     m = HOST.search(text)
     if m:
-        return Reading("host", "CPU virtual memory", device_used=round(float(m.group(1)) * GB))
+        return Reading("host", "CPU virtual memory", device_used=round(float(m.group(1)) * GB),
+                       percent=float(m.group(2)))
     return None

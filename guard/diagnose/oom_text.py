@@ -29,8 +29,13 @@ LOOKALIKES = [  # (kind, pattern): OOMs that are not the caching allocator's mes
     ("raw-cuda", re.compile(r"CUDA error: out of memory")),
     ("cublas", re.compile(r"CUBLAS_STATUS_ALLOC_FAILED")),
     ("cudnn", re.compile(r"CUDNN_STATUS_ALLOC_FAILED")),
-    ("nccl", re.compile(r"Failed to CUDA calloc (\d+) bytes|NCCL WARN Cuda failure 'out of memory'|"
-                        r"Cuda failure 'out of memory'")),
+    ("nccl", re.compile(r"Failed to CUDA calloc(?: async)? (\d+) bytes|Cuda failure (?:\d+ )?'out of memory'")),
+    # vLLM's start-up check (v1 gpu_worker.init_device): others already hold the GPU
+    ("vllm-startup", re.compile(r"Free memory on device \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is "
+                                r"less than desired GPU memory utilization")),
+    # vLLM's KV cache does not hold one sequence of max_model_len, or nothing is left for it
+    ("vllm-kv", re.compile(r"larger than the maximum number of tokens that can be stored in KV cache|No available "
+                           r"memory for the cache blocks|Not enough memory for the KV cache")),
     # shared memory: NCCL's shm transport (transport/shm.cc, misc/shmutils.cc: /dev/shm too small in a container,
     # WSL2) and PyTorch's DataLoader workers (their batches travel through /dev/shm)
     ("shm", re.compile(r"failed to extend \S*/dev/shm/\S+ to (\d+) bytes|Error while creating shared memory "
@@ -40,12 +45,16 @@ LOOKALIKES = [  # (kind, pattern): OOMs that are not the caching allocator's mes
                        r"shm\.cc:\d+ NCCL WARN")),
     ("host", re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)(?:[^\n]*?allocate (\d+) "
                         r"bytes)?")),
+    # Python's own MemoryError (a traceback's last line), numpy's "Unable to allocate X GiB for an array"
+    ("host", re.compile(r"^(?:builtins\.)?MemoryError\b|_ArrayMemoryError|Unable to allocate (\d+(?:\.\d+)? "
+                        r"[KMGT]iB) for an array")),
     ("host-killed", re.compile(r"exitcode\s*:\s*-9\b|return code = -9\b|Signal 9 \(SIGKILL\)|oom[-_]kill")),
 ]
 
 
 # one cheap search rules out the lines that hold none of the above (nearly all of a training log)
-ANY = re.compile(r"out of memory|ALLOC_FAILED|calloc|DefaultCPUAllocator|-9\b|SIGKILL|oom[-_]kill|shm|shared memory")
+ANY = re.compile(r"out of memory|ALLOC_FAILED|calloc|DefaultCPUAllocator|-9\b|SIGKILL|oom[-_]kill|shm|shared memory|"
+                 r"MemoryError|Unable to allocate|Free memory on device|KV cache|cache blocks")
 
 
 def size(number: str, unit: str) -> int:
@@ -70,6 +79,7 @@ class OomText:
     this_process: int | None = None  # NVML: this process, non-PyTorch memory included
     processes: dict[int, int] = field(default_factory=dict)  # other processes NVML lists: pid -> bytes
     era: str = ""
+    note: str = field(default="", compare=False)  # what else the log said about it (a reading, the line after)
 
 
 def messages(line: str) -> list[OomText]:
@@ -85,10 +95,21 @@ def messages(line: str) -> list[OomText]:
         for kind, pattern in LOOKALIKES:
             match = pattern.search(line)
             if match:
-                requested = next((int(g) for g in match.groups() if g), None) if match.groups() else None
-                out.append(OomText(kind, match.start(), requested=requested))
+                out.append(_lookalike(kind, match))
                 break
     return out
+
+
+def _lookalike(kind: str, match: re.Match) -> OomText:
+    """A look-alike with what it prints: the size asked (bytes, or "1.5 GiB"), vLLM's free and total."""
+    if kind == "vllm-startup":
+        free, total = (round(float(g) * UNITS["GiB"]) for g in match.groups())
+        return OomText(kind, match.start(), total=total, free=free)
+    text = next((g for g in match.groups() if g), None)
+    if text is None:
+        return OomText(kind, match.start())
+    number, _, unit = text.partition(" ")
+    return OomText(kind, match.start(), requested=size(number, unit) if unit else int(number))
 
 
 def _cuda(text: str, start: int) -> OomText:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from guard.diagnose.events import Event, events, mark_phase
 from guard.diagnose.growth import Point, Trends
-from guard.diagnose.oom_text import OomText
+from guard.diagnose.oom_text import OomText, messages
 from guard.diagnose.torchrun_summary import SummaryReader
 from guard.diagnose.log_lines import LogLine, blocks, strip_prefix
 from guard.diagnose.memory_lines import Reading, key, reading, says_more
@@ -26,6 +26,9 @@ MARKERS = ("emory", "ALLOC_FAILED", "calloc", "DefaultCPUAllocator", "-9", "SIGK
 EXPANDABLE = re.compile(r"expandable_segments:\s*True")
 ADVICE = "try setting PYTORCH_CUDA_ALLOC_CONF"
 PHASE_LOOKBACK = 64
+FOLLOW_LINES = 8  # lines after an event that may finish its message or name NCCL's transport
+SHM_TRANSPORT = "transport/shm.cc"
+HOST_FULL = 95.0  # percent of the host's memory in use that counts as full
 REPEAT_LINES = 20  # lines within which the same rank's same failure said again is one event
 VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*[=:]\s*['\"]?(\d+(?:\s*,\s*\d+)*)")  # lines at the end of a skipped block searched for the phase marker
 
@@ -45,6 +48,9 @@ class LogScan:
     trends: Trends = field(default_factory=Trends)  # each rank's memory over time (growth.py)
     summary: SummaryReader = field(default_factory=SummaryReader)  # torchrun's failure summaries
     visible_devices: list[int] | None = None  # CUDA_VISIBLE_DEVICES as the log shows it
+    host_full: Reading | None = None  # a host memory reading at HOST_FULL or more
+    # an event whose message goes on in the next lines: (event, its text so far, lines still to look at)
+    _open: tuple[Event, str, int] | None = None
 
     @property
     def busy(self) -> bool:
@@ -69,6 +75,7 @@ class LogScan:
     def feed(self, line: LogLine) -> None:
         if self.summary.feed(line.path, line.number, line.text):
             return  # torchrun's summary: one record per failed rank, read when the block ends
+        self._follow(line)
         visible = VISIBLE.search(line.text)
         if visible:
             self.visible_devices = [int(d) for d in visible.group(1).split(",") if d.strip().isdigit()]
@@ -78,6 +85,9 @@ class LogScan:
                 self.trends.add("allocated at each out-of-memory message", event.rank,
                                 Point(line.path, line.number, event.oom.allocated))
         self.events += found_events
+        if found_events and (found_events[-1].oom.kind == "nccl" or
+                             found_events[-1].oom.kind == "cuda-oom" and found_events[-1].oom.total is None):
+            self._open = (found_events[-1], line.text[found_events[-1].oom.start:], FOLLOW_LINES)
         self.args.feed(line.path, line.number, line.text)
         done = self.tables.feed(line.path, line.number, line.rank, line.text)
         if done is not None:
@@ -92,6 +102,28 @@ class LogScan:
         if not self.expandable and EXPANDABLE.search(line.text) and ADVICE not in line.text:
             self.expandable = True
 
+    def _follow(self, line: LogLine) -> None:
+        """The lines after an open event: a CUDA OOM message that a paste wrapped at a fixed width is joined
+        back (its words were cut anywhere, so the pieces join without a space); an NCCL allocation failure that
+        NCCL's shared-memory transport reports next (transport/shm.cc) is that transport's (pinned host memory
+        for /dev/shm buffers, WSL2 and small containers)."""
+        if self._open is None:
+            return
+        event, text, left = self._open
+        if event.oom.kind == "nccl":
+            if SHM_TRANSPORT in line.text:
+                event.oom.kind, event.oom.note = "shm", f"NCCL's shm transport follows at line {line.number}"
+                left = 0
+        else:
+            text += line.text
+            joined = messages(text)
+            if joined and joined[0].kind == "cuda-oom" and joined[0].total is not None:
+                joined[0].start = event.oom.start
+                event.oom = joined[0]
+                if joined[0].reserved is not None:  # the message's last figure: it is whole
+                    left = 0
+        self._open = (event, text, left - 1) if left > 1 else None
+
     def _repeats(self, event: Event) -> bool:
         """A line that says again what the last event said, a few lines on: a signal-9 kill of the same rank (exit
         code, then the signal), or the same message of the same rank (NCCL's WARN per thread, a traceback
@@ -100,7 +132,12 @@ class LogScan:
         if last is None or last.rank != event.rank or last.source != event.source or \
                 event.line - last.line > REPEAT_LINES:
             return False
-        return last.oom == event.oom if event.oom.kind != "host-killed" else last.oom.kind == "host-killed"
+        if event.oom.kind == "host-killed":
+            return last.oom.kind == "host-killed"
+        if event.oom.kind == last.oom.kind == "nccl" and last.oom.requested is None:
+            last.oom.requested = event.oom.requested  # "Cuda failure 'out of memory'", then the size it asked
+            return True
+        return last.oom == event.oom
 
     def _trend(self, r: Reading) -> None:
         """A reading that can be compared with the same report later: allocated memory over time."""
@@ -113,6 +150,8 @@ class LogScan:
         elif r.kind == "deepspeed" and r.allocated is not None:
             self.trends.add(f"allocated at '{r.label}' (see_memory_usage)", r.rank,
                             Point(where.source, where.line, r.allocated))
+        elif r.kind == "host" and (r.percent or 0) >= HOST_FULL:
+            self.host_full = r
         elif r.kind == "trainer" and r.max_allocated is not None:
             self.trends.add(f"{r.label} (the trainer's memory column)", r.rank,
                             Point(where.source, where.line, r.max_allocated))
@@ -136,7 +175,19 @@ class LogScan:
         for table in self.tables.close_all():
             self.keep(table)
         self._failures()
+        self._host_full()
         return self
+
+    def _host_full(self) -> None:
+        """A log with no failure message whose host memory reading was nearly full: the host ran out (the OOM
+        killer leaves no message of its own in the process's output)."""
+        r = self.host_full
+        if r is None or self.events:
+            return
+        self.events.append(Event(r.source, r.line, r.rank, self.phase.get(r.rank, self.phase.get(None))
+                                 or "start-up or first step",
+                                 OomText("host", 0, note=f"the host's memory was {r.percent:g} % used "
+                                                         f"({r.label}, line {r.line}) and the log ends")))
 
     def _failures(self) -> None:
         """torchrun's records: a rank killed by signal 9 is one host-memory event (unless a line of its own said
