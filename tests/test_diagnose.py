@@ -150,8 +150,12 @@ def test_fuzzed_logs_never_crash(lines):
                                      "host-memory", "unknown"}
 
 
-def test_a_long_log_is_read_in_a_stream(tmp_path):
-    """60 MB of training output and one OOM at its end: found, without holding the file."""
+@pytest.mark.parametrize("grep", [True, False])
+def test_a_long_log_is_read_in_a_stream(tmp_path, monkeypatch, grep):
+    """60 MB of training output and one OOM at its end: found, without holding the file, whether grep finds the
+    marked blocks or Python searches each block."""
+    if not grep:
+        monkeypatch.setenv("GUARD_NO_GREP", "1")
     path = tmp_path / "train.log"
     noise = "iteration      42/ 100000 | consumed samples: 1234 | elapsed time per iteration (ms): 812.3\n" * 1000
     with open(path, "w") as handle:

@@ -9,23 +9,26 @@ from dataclasses import dataclass, field
 from guard.diagnose.events import Event, events, mark_phase
 from guard.diagnose.growth import Point, Trends
 from guard.diagnose.oom_text import OomText, messages
+from guard.diagnose.prefilter import Hits, byte_blocks, read_block
 from guard.diagnose.torchrun_summary import SummaryReader
-from guard.diagnose.log_lines import LogLine, blocks, strip_prefix
+from guard.diagnose.log_lines import LogLine, strip_prefix
 from guard.diagnose.memory_lines import Reading, key, reading, says_more
 from guard.intake.printed import ArgsReader, PrintedArgs
 from guard.diagnose.summary_table import Tables
 
-# A block holding none of these is skipped whole (nearly every block of a training log). Plain substrings:
-# each `in` runs at memory speed, where one regex alternating over them all tries each at every position
-# (measured 3x slower). They cover oom_text.ANY ("emory": out of memory, memory (MB), Theoretical memory,
-# memory summary, CPU Virtual Memory; "umber of parameters": both parameter-count lines) and the rest.
-MARKERS = ("emory", "ALLOC_FAILED", "calloc", "DefaultCPUAllocator", "-9", "SIGKILL", "oom_kill", "oom-kill",
-           "umber of parameters", "Max_MA", "-- arguments --", "expandable_segments", "/dev/shm", "shm.cc",
-           "Root Cause", "CUDA_VISIBLE_DEVICES")  # "emory" also stands for "shared memory"
+# A block holding none of these is skipped whole (nearly every block of a training log). Each is a plain substring
+# that every line the scan reads holds one of: "emory" stands for out of memory, memory (MB), Theoretical memory,
+# memory/ columns, CPU Virtual Memory, MemoryError, shared memory, Free memory on device; "umber of parameters"
+# for both parameter-count lines.
+MARKERS = ("emory", "ALLOC_FAILED", "calloc", "exitcode", "code = -9", "SIGKILL", "oom_kill", "oom-kill",
+           "umber of parameters", "Max_MA", "-- arguments --", "expandable_segments", "/dev/shm", "Root Cause",
+           "CUDA_VISIBLE_DEVICES", "KV cache")
+BYTE_MARKERS = tuple(m.encode() for m in MARKERS)
+TAIL_BYTES = 64 << 10  # the end of a skipped block read for the phase its last lines show
+PHASE_LOOKBACK = 64  # of its lines
 # the allocator's setting as a log shows it (an environment dump, a launcher line), not the OOM message's advice
 EXPANDABLE = re.compile(r"expandable_segments:\s*True")
 ADVICE = "try setting PYTORCH_CUDA_ALLOC_CONF"
-PHASE_LOOKBACK = 64
 FOLLOW_LINES = 8  # lines after an event that may finish its message or name NCCL's transport
 SHM_TRANSPORT = "transport/shm.cc"
 HOST_FULL = 95.0  # percent of the host's memory in use that counts as full
@@ -156,14 +159,6 @@ class LogScan:
             self.trends.add(f"{r.label} (the trainer's memory column)", r.rank,
                             Point(where.source, where.line, r.max_allocated))
 
-    def skim(self, path: str, first: int, texts: list[str]) -> None:
-        """A block without markers: only what its last lines say about the phase and the previous line."""
-        for text in texts[-PHASE_LOOKBACK:]:
-            rank, text = strip_prefix(text)
-            mark_phase(self.phase, rank, text)
-            if text:
-                self.previous[rank] = text
-
     def start(self, path: str) -> None:
         """A new file: its phases and tables are its own (one log per rank, or one run after another)."""
         for table in self.tables.close_all():
@@ -209,19 +204,46 @@ class LogScan:
 
 
 def scan_file(path: str, scan: LogScan | None = None) -> LogScan:
-    """Feed one log file to `scan` (a new one by default); blocks without markers are skipped whole."""
+    """Feed one log file to `scan` (a new one by default). Blocks without markers are skipped whole, keeping what
+    their last lines say of the phase; grep finds the markers in one pass while the blocks' lines are counted
+    (where grep is on the PATH), else each block is searched here marker by marker."""
     scan = LogScan() if scan is None else scan
     scan.start(path)
+    hits = Hits(path, MARKERS)
+    plan = []  # per block: offset, size, lines, marked (searched here) and what its last lines say
+    for offset, chunk, end in byte_blocks(path):
+        lines = chunk.count(b"\n", 0, end) + (0 if chunk[end - 1:end] == b"\n" else 1)
+        marked = not hits.running and any(chunk.find(marker, 0, end) >= 0 for marker in BYTE_MARKERS)
+        plan.append((offset, end, lines, marked, _tail(chunk[max(0, end - TAIL_BYTES):end], end > TAIL_BYTES)))
+    hits.wait()
     first = 1
-    for block in blocks(path):
-        texts = block.split("\n")
-        if scan.busy or any(marker in block for marker in MARKERS):
-            for i, text in enumerate(texts[:-1] if block.endswith("\n") else texts):
+    for offset, size, lines, marked, tail in plan:
+        if scan.busy or marked or (hits.within(offset, offset + size) if hits.known else hits.running and any(
+                marker in read_block(path, offset, size) for marker in BYTE_MARKERS)):
+            raw = read_block(path, offset, size)
+            texts = raw.decode("utf-8", errors="replace").split("\n")
+            for i, text in enumerate(texts[:-1] if raw.endswith(b"\n") else texts):
                 scan.feed(LogLine(path, first + i, *strip_prefix(text)))
         else:
-            scan.skim(path, first, texts)
-        first += len(texts) - 1
+            scan.phase.update(tail[0])
+            scan.previous.update(tail[1])
+        first += lines
     return scan
+
+
+def _tail(raw: bytes, cut: bool) -> tuple[dict, dict]:
+    """What a block's last lines (`raw`, its end; `cut`: not from a line's start) say: the phase of each rank,
+    and each rank's last line (DeepSpeed's message)."""
+    texts = raw.decode("utf-8", errors="replace").split("\n")
+    texts = texts[1:] if cut else texts  # the first piece is a line's end
+    phase: dict = {}
+    previous: dict = {}
+    for text in texts[-PHASE_LOOKBACK:]:
+        rank, text = strip_prefix(text)
+        mark_phase(phase, rank, text)
+        if text:
+            previous[rank] = text
+    return phase, previous
 
 
 def file_events(path: str) -> list[Event]:
