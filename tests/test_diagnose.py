@@ -172,6 +172,19 @@ def test_a_long_log_is_read_in_a_stream(tmp_path, monkeypatch, grep):
     assert [(e.line, e.rank, e.phase) for e in found] == [(e.line, e.rank, e.phase) for e in by_line]
 
 
+@pytest.mark.parametrize("grep", [True, False])
+def test_a_log_without_newlines_is_read_in_pieces(tmp_path, monkeypatch, grep):
+    """10 MiB and 5 bytes of one line, then the OOM: the first 8 MiB read holds no newline, so it is taken 1 MiB
+    at a time (lines 1-3 start at 0, 1 and 2 MiB); the read from 3 MiB reaches the newline (line 4: the line's
+    rest); the message is line 5."""
+    if not grep:
+        monkeypatch.setenv("GUARD_NO_GREP", "1")
+    path = tmp_path / "train.log"
+    path.write_text("x" * (10 * 2**20 + 5) + "\n" + f"[rank2]: {CURRENT}\n")
+    found = file_events(str(path))
+    assert [(e.line, e.rank) for e in found] == [(5, 2)]
+
+
 class _Evil:
     def __init__(self, marker: str):
         self.marker = marker

@@ -55,7 +55,10 @@ def write_markdown(report: dict, out: TextIO) -> None:
 
 WHAT = {"cuda-oom": "ran out of GPU memory", "nccl": "could not allocate NCCL's buffers on its GPU",
         "shm": "ran out of shared memory (/dev/shm)", "host": "ran out of host RAM",
-        "host-killed": "was killed by signal 9 (the kernel's OOM killer, most often)"}
+        "host-killed": "was killed by signal 9 (the kernel's OOM killer, most often)",
+        "vllm-startup": "could not start vLLM: too little of its GPU was free", "vllm-kv":
+        "left vLLM too little memory for its KV cache", "cublas": "could not allocate cuBLAS's workspace",
+        "cudnn": "could not allocate cuDNN's workspace", "raw-cuda": "hit a CUDA out-of-memory error"}
 
 
 def verdict(report: dict) -> str:

@@ -18,8 +18,8 @@ MAX_LINE = 1 << 20  # a longer line (a log without newlines) is cut into pieces 
 
 def byte_blocks(path: str) -> Iterator[tuple[int, bytes, int]]:
     """(offset, chunk, end) of the file in blocks of whole lines: the block is chunk[:end], which ends with a
-    newline except at the file's end. Each chunk is read once and never copied (the next read starts at the
-    block's end)."""
+    newline except at the file's end and in a line longer than a block (read in pieces of MAX_LINE, each taken
+    as a line). Each chunk is read once and never copied (the next read starts at the block's end)."""
     with open(path, "rb") as handle:
         offset = 0
         while True:
@@ -32,7 +32,7 @@ def byte_blocks(path: str) -> Iterator[tuple[int, bytes, int]]:
                 return
             cut = chunk.rfind(b"\n")
             if cut < 0:  # a line longer than a block (a log without newlines): read in pieces, each as a line
-                yield offset, chunk[:MAX_LINE] + b"\n", MAX_LINE + 1
+                yield offset, chunk, MAX_LINE
                 offset += MAX_LINE
                 continue
             yield offset, chunk, cut + 1

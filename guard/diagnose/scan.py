@@ -25,7 +25,7 @@ MARKERS = ("emory", "ALLOC_FAILED", "calloc", "exitcode", "code = -9", "SIGKILL"
            "CUDA_VISIBLE_DEVICES", "KV cache")
 BYTE_MARKERS = tuple(m.encode() for m in MARKERS)
 TAIL_BYTES = 64 << 10  # the end of a skipped block read for the phase its last lines show
-PHASE_LOOKBACK = 64  # of its lines
+PHASE_LOOKBACK = 64  # the last lines of a skipped block read for the phase
 # the allocator's setting as a log shows it (an environment dump, a launcher line), not the OOM message's advice
 EXPANDABLE = re.compile(r"expandable_segments:\s*True")
 ADVICE = "try setting PYTORCH_CUDA_ALLOC_CONF"
@@ -33,7 +33,7 @@ FOLLOW_LINES = 8  # lines after an event that may finish its message or name NCC
 SHM_TRANSPORT = "transport/shm.cc"
 HOST_FULL = 95.0  # percent of the host's memory in use that counts as full
 REPEAT_LINES = 20  # lines within which the same rank's same failure said again is one event
-VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*[=:]\s*['\"]?(\d+(?:\s*,\s*\d+)*)")  # lines at the end of a skipped block searched for the phase marker
+VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*[=:]\s*['\"]?(\d+(?:\s*,\s*\d+)*)")
 
 
 @dataclass
