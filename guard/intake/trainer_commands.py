@@ -95,6 +95,9 @@ def _read_command(script: Script, command: Command, launch: Launch | None, text:
         trl = "config" in names or names & TRL_FLAGS or program.startswith("trl.") or "/trl/" in program
         found = _hf(script, command, args, text, load, TRL if trl else HF_PROGRAM, launch)
         accelerate_file(found, launch.layer("accelerate"), load)
+        stem = os.path.splitext(os.path.basename(program))[0]
+        if found.ft is not None and trl and stem in TRL_COMMANDS and launch.program is not None:
+            _method_word(found, launch.program, command.path, stem)  # trl/scripts/dpo.py
         return found if found.error or found.ft else None
     return None
 
@@ -167,7 +170,15 @@ def _trl(script, command, words, text, load, scope: Scope) -> TrainerCommand:
               Layer("accelerate", command.words[0], read_options(accelerate, launcher, 0)[0])]
     found = _hf(script, command, ours, text, load, TRL, Launch(command, layers, None, [], reading))
     accelerate_file(found, None, load, launcher)
+    if found.ft is not None:
+        _method_word(found, command.words[1], command.path, command.words[1].text)
     return found
+
+
+def _method_word(found: TrainerCommand, word: LText, path: str, method: str) -> None:
+    """The trainer the command runs (`trl dpo`, trl/scripts/grpo.py): DPO, GRPO, ... hold more than SFT."""
+    span = word.span()
+    found.ft.given("rl_method", method, Where(path, span, span, word.text, "flag"))
 
 
 def _hf(script, command, words, text, load, dialect: Dialect, launch: Launch) -> TrainerCommand:

@@ -71,6 +71,10 @@ class FineTuneConfig:
             self.values[name], self.written[name], self.places[name] = value, key, where
         return bool(names)
 
+    def given(self, name: str, value: Any, where: Where) -> None:
+        """A value the command itself says rather than a key (the `dpo` of `trl dpo`): read, and located there."""
+        self.values[name], self.places[name] = value, where
+
     # -- what the values mean ------------------------------------------------------------------------
     def flag(self, name: str) -> bool:
         value = self.get(name)

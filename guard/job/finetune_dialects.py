@@ -69,13 +69,13 @@ AXOLOTL = Dialect("axolotl", "axolotl", {
     "lr_scheduler": "lr_scheduler", "liger": "liger_fused_linear_cross_entropy",
     "modules_to_save": "lora_modules_to_save", "context_parallel": "context_parallel_size", "tiled_mlp": "tiled_mlp",
     "activation_offloading": "activation_offloading",
-    "plugins": "plugins",
+    "plugins": "plugins", "rl": "rl",
     "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs", **{k: k for k in AXOLOTL_ATTENTION}},
     {**HF_TRAINER, **{k: None for k in AXOLOTL_ATTENTION},
      "method": None, "lora_rank": None, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": None,
      "lora_target_linear": None, "load_in_4bit": False, "load_in_8bit": False, "double_quant": True,
      "seq_len": 512, "micro_batch": 1, "bf16": "auto", "packing": None, "gradient_checkpointing_kwargs": None,
-     "context_parallel": None, "tiled_mlp": None, "activation_offloading": None, "plugins": None},
+     "context_parallel": None, "tiled_mlp": None, "activation_offloading": None, "plugins": None, "rl": None},
     {"sequence_parallel_degree": "context_parallel"})  # axolotl's name for it before context_parallel_size
 
 TRL = Dialect("trl", "TRL / HF Trainer", {
@@ -85,14 +85,19 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     "seq_len": "max_length", "packing": "packing", "gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs",
     "attn_implementation": "attn_implementation", "padding_free": "padding_free",
     "packing_strategy": "packing_strategy", "load_dtype": "dtype", "modules_to_save": "lora_modules_to_save",
-    "activation_offloading": "activation_offloading", "vision": "vision_tower"},
+    "activation_offloading": "activation_offloading", "vision": "vision_tower",
+    # DPO/KTO/GRPO/RLOO configs (their defaults depend on the method: guard/job/post_training.py)
+    "beta": "beta", "precompute_ref": "precompute_ref_log_probs", "use_vllm": "use_vllm", "vllm_mode": "vllm_mode",
+    "vllm_share": "vllm_gpu_memory_utilization", "vllm_sleep": "vllm_enable_sleep_mode"},
     {**HF_TRAINER, "attn_implementation": None, "padding_free": False, "packing_strategy": "bfd",
      "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
      "load_in_4bit": False, "load_in_8bit": False, "double_quant": False, "seq_len": 1024, "packing": False,
      "gradient_checkpointing": True, "gradient_checkpointing_kwargs": None,
      # model_config.py: ModelConfig.dtype "float32" since TRL 0.27 (unlike from_pretrained's "auto");
      # base_config.py: bf16 None becomes `not fp16`, so True unless fp16 is asked for
-     "load_dtype": "float32", "bf16": True, "activation_offloading": False, "vision": None},
+     "load_dtype": "float32", "bf16": True, "activation_offloading": False, "vision": None,
+     "beta": None, "precompute_ref": False, "use_vllm": False, "vllm_mode": None, "vllm_share": None,
+     "vllm_sleep": False, "rl_method": "sft"},
     # SFTConfig's spelling before TRL 0.20 renamed it max_length; ModelConfig's before dtype
     {"max_seq_length": "seq_len", "torch_dtype": "load_dtype"})
 

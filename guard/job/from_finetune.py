@@ -12,6 +12,7 @@ from guard.job.trainer_optim import TORCH_ADAMW, named
 from guard.job.finetune_config import FineTuneConfig
 from guard.job.from_deepspeed import read_deepspeed
 from guard.job.origin import Origin
+from guard.job.post_training import read_post_training
 from guard.job.training_job import IncompleteJob, TrainingJob
 from guard.job.world import World
 
@@ -98,7 +99,38 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
         _model_choices(job, ft, arch)
     _optimizer(job, ft, deepspeed if not ddp else None)
     _unpriced(job, ft)
+    _post_training(job, ft)
     return job
+
+
+# LLaMA-Factory's stages and axolotl's `rl:` methods that hold more than the policy: named, not yet priced
+OTHER_TRAINERS = {"llamafactory": ("stage", ("dpo", "kto", "ppo", "rm")), "axolotl": ("rl", None)}
+
+
+def _post_training(job: TrainingJob, ft: FineTuneConfig) -> None:
+    """TRL's DPO/KTO/GRPO/RLOO: the reference model, the paired rows and a colocated vLLM (post_training.py);
+    LLaMA-Factory's and axolotl's preference and RL stages are named, with what is left out."""
+    other = OTHER_TRAINERS.get(ft.dialect.name)
+    if other is not None:
+        key, methods = other
+        value = ft.get(key)
+        if key in ft.written and value not in OFF and (methods is None or str(value).lower() in methods):
+            job.add_unmodelled(f"{ft.dialect.title} {ft.dialect.keys[key]} {value}: priced as SFT (its reference, "
+                               "reward or value models and paired rows are not)", ft.dialect.keys[key],
+                               ft.origin(key))
+        return
+    method = str(ft.get("rl_method") or "sft").lower()
+    post = read_post_training(method, ft, job.zero_stage, not job.hf_ddp, job.adapter is not None)
+    if post is None:
+        if method == "ppo":
+            job.add_unmodelled("TRL PPO (its value, reference and reward models): priced as SFT", "ppo",
+                               ft.origin("rl_method"))
+        return
+    job.post_training = post
+    job.origins["post_training"] = ft.origin("rl_method")
+    job.notes.append(f"{method.upper()}: {post.reference_why}" + (f"; {post.vllm_why}" if post.vllm_why else "")
+                     + ("; chosen and rejected run in one forward: twice the micro-batch's rows"
+                        if post.rows == 2 else ""))
 
 
 def _model_choices(job: TrainingJob, ft: FineTuneConfig, arch: Architecture) -> None:

@@ -10,6 +10,7 @@ from guard.job.adapter import Adapter
 from guard.job.architecture import Architecture
 from guard.job.layout import ParallelLayout
 from guard.job.origin import Origin
+from guard.job.post_training import PostTraining
 from guard.job.stages import Chunk, LayoutError
 from guard.job.step_settings import StepSettings
 
@@ -62,6 +63,7 @@ class TrainingJob:
     ds_pipeline: bool = False  # DeepSpeed's pipeline engine schedule
     frozen: tuple[str, ...] = ()  # parts whose weights get no gradient or optimizer state ("language model", ...)
     adapter: Adapter | None = None  # LoRA/QLoRA: only the adapter trains; the base is frozen (maybe quantized)
+    post_training: PostTraining | None = None  # TRL DPO/KTO/GRPO/RLOO: reference model, paired rows, vLLM share
     hf_ddp: bool = False  # the HF Trainer without DeepSpeed: torch DDP over every rank, no ZeRO
     # hf_ddp, full fine-tuning: the dtype the weights are kept in (their gradients and torch AdamW's moments follow
     # it; no master copy); params_dtype stays the compute dtype autocast runs in
@@ -116,6 +118,11 @@ class TrainingJob:
     @property
     def vocab(self) -> int:
         return self.padded_vocab or self.arch.vocab
+
+    @property
+    def rows(self) -> int:
+        """Rows through one forward: the micro-batch, twice it where chosen and rejected go together (DPO)."""
+        return self.micro_batch * (self.post_training.rows if self.post_training else 1)
 
     def mtp_in(self, chunk: Chunk) -> int:
         """MTP layers a chunk holds: where the layout string puts 'm', else with the loss (megatron-core)."""

@@ -23,7 +23,7 @@ def layer_terms(setup: TrainingJob, index: int, recompute: bool = True) -> dict[
     arch = setup.arch
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     s = setup.seq_length / setup.layout.seq_shards
-    b, h, t = setup.micro_batch, arch.hidden, setup.layout.tp
+    b, h, t = setup.rows, arch.hidden, setup.layout.tp
     rep = t if setup.layout.sequence_parallel else 1  # sequence parallel shards the otherwise replicated part
     sb = s * b
     drop = set(setup.recompute_modules) if (recompute and setup.recompute == "selective") else set()
@@ -169,7 +169,7 @@ def _mlp_terms(act: int, sb: float, ffn: int, glu: int, t: int, eager: bool, lab
 def checkpoint_bytes(setup: TrainingJob) -> float:
     """What full recompute keeps per checkpoint: the layer-group input."""
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    size = act * setup.seq_length / setup.layout.seq_shards * setup.micro_batch * setup.arch.hidden
+    size = act * setup.seq_length / setup.layout.seq_shards * setup.rows * setup.arch.hidden
     if setup.layout.sequence_parallel or setup.distribute_saved_activations or setup.checkpoint_partition:
         size /= setup.layout.tp
     return 0.0 if setup.checkpoint_cpu else size
@@ -213,7 +213,7 @@ def logits_bytes(setup: TrainingJob) -> tuple[float, float]:
     """
     s = setup.seq_length / setup.layout.seq_shards
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    tokens = s * setup.micro_batch / (setup.layout.tp if setup.layout.sequence_parallel else 1)
+    tokens = s * setup.rows / (setup.layout.tp if setup.layout.sequence_parallel else 1)
     # the final norm keeps what a layer's norm keeps (seen on megatron-core's last stage), then its output
     h_in = sum(_norm_terms(setup, act, tokens, False, 1).values())
     if setup.adapter is None:  # a frozen LM head needs only its weight for the input's gradient
@@ -232,7 +232,7 @@ def loss_bytes(setup: TrainingJob) -> tuple[float, float]:
     Eager transformers keep the 16-bit logits they return beside the fp32 log-softmax, and the fp32 copy
     it is computed from lives while it is.
     """
-    rows = setup.seq_length / setup.layout.seq_shards * setup.micro_batch * setup.vocab / setup.layout.tp
+    rows = setup.seq_length / setup.layout.seq_shards * setup.rows * setup.vocab / setup.layout.tp
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     if setup.fused_cross_entropy:
         return act * rows, 0.0
@@ -249,7 +249,7 @@ def mtp_bytes(setup: TrainingJob) -> float:
     masked fp32 loss. Measured on CPU (tests/test_fidelity_megatron_activations.py)."""
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     s = setup.seq_length / setup.layout.seq_shards
-    tokens = s * setup.micro_batch
+    tokens = s * setup.rows
     rep = setup.layout.tp if setup.layout.sequence_parallel else 1
     layer = sum(layer_terms(setup, setup.arch.num_layers - 1).values())
     norms = sum(_norm_terms(setup, act, tokens / rep, False, 2).values())
@@ -261,7 +261,7 @@ def mtp_bytes(setup: TrainingJob) -> float:
 def embedding_bytes(setup: TrainingJob) -> float:
     """First stage, per microbatch: token ids (int64), position ids, and the embedding dropout mask."""
     s = setup.seq_length / setup.layout.seq_shards
-    sb = s * setup.micro_batch
+    sb = s * setup.rows
     out = 8 * sb * 2
     if setup.arch.hidden_dropout > 0:
         out += sb * setup.arch.hidden / (setup.layout.tp if setup.layout.sequence_parallel else 1)

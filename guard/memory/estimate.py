@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guard.job.adapter import trainable_count
-from guard.job.training_job import TrainingJob
+from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import activations as acts
 from guard.memory import megatron_fsdp, overheads, quantized, save_host, schedule
 from guard.memory.catalog import Gpu
@@ -22,6 +22,8 @@ from guard.units import GIB, MIB
 
 COMPONENTS = ("params", "grads", "optimizer", "activations", "embedding_activations", "logits", "buffers",
               "transient", "runtime")
+# what a preference or RL trainer adds, present only in its estimates (guard/job/post_training.py)
+EXTRA_COMPONENTS = ("reference", "vllm_engine")
 
 
 @dataclass
@@ -98,7 +100,25 @@ class Estimate:
 
 def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
     stages = [estimate_stage(setup, r) for r in range(setup.layout.pp)]
+    post = setup.post_training
+    if post is not None and post.vllm_share is not None:
+        # vLLM reserves its share of the GPU's total memory at start-up and holds it (no sleep mode)
+        share = round(post.vllm_share * gpu.memory_bytes) if gpu is not None else 0
+        for st in stages:
+            st.components["vllm_engine"] = share
+        if gpu is None:
+            setup.notes.append(f"the colocated vLLM engine's share ({post.vllm_share:g} of the GPU's total) is not "
+                               "priced without --gpu")
     return Estimate(setup, gpu, stages, model_param_count(setup.arch))
+
+
+def _reference_bytes(setup: TrainingJob, inv, states) -> int:
+    """The reference model's weights on this rank (post_training.py): a whole copy in the engine's dtype (or, without
+    DeepSpeed, the dtype the policy was loaded in), or under ZeRO-3 the same partition the policy's weights have."""
+    if setup.post_training.reference == "sharded":
+        return round(states.params)
+    dtype = setup.params_dtype if not setup.hf_ddp else (setup.weights_dtype or setup.params_dtype)
+    return inv.total * DTYPE_BYTES[dtype]
 
 
 def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int | None = None) -> StageEstimate:
@@ -140,6 +160,8 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         "logits": 0 if in_step else round(stash_edges - stash_all),
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
+    if setup.post_training is not None and setup.post_training.holds_reference:
+        components["reference"] = _reference_bytes(setup, inv, states)
     stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
                           {name: round(value) for name, value in phases.items() if name != "gradient reduction"
                            or states.reduce_terms}, states.host)

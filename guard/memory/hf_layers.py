@@ -36,7 +36,7 @@ def repeats_kv(setup: TrainingJob) -> bool:
 
 def mask_copy(setup: TrainingJob, act: int, s: float) -> float:
     """The padded batch's boolean mask, converted to the query dtype by each layer's SDPA call and kept."""
-    return act * setup.micro_batch * s * s if setup.padded_batches else 0.0
+    return act * setup.rows * s * s if setup.padded_batches else 0.0
 
 
 def autocast(setup: TrainingJob) -> bool:
@@ -85,7 +85,7 @@ def first_layer_untracked(setup: TrainingJob) -> float:
     """What the first layer's Q/K/V adapters keep only for an input gradient, which its untracked input (the
     frozen embedding's output) does not need: their dropout masks, and under autocast lora_A's weight casts."""
     adapter, arch = setup.adapter, setup.arch
-    tokens = setup.seq_length / setup.layout.seq_shards * setup.micro_batch
+    tokens = setup.seq_length / setup.layout.seq_shards * setup.rows
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     read = [i for n, i, _ in linear_modules(arch) if n in adapter.targets and n in READERS["qkv"]]
     out = sum(dropout_mask(setup, tokens * i) for i in read) if adapter.dropout else 0.0

@@ -54,7 +54,7 @@ def working_set(setup: TrainingJob) -> float:
     """
     adapter = setup.adapter
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
-    tokens = setup.seq_length / setup.layout.seq_shards * setup.micro_batch
+    tokens = setup.seq_length / setup.layout.seq_shards * setup.rows
     out = 0.0
     for _, fan_in, fan_out in linear_modules(setup.arch):
         weight = act * fan_in * fan_out

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from guard.memory.estimate import COMPONENTS, Estimate
+from guard.memory.estimate import COMPONENTS, EXTRA_COMPONENTS, Estimate
 
 
 def to_dict(est: Estimate) -> dict:
     s = est.setup
     ranks = []
     for st in est.stages:
-        comps = {k: int(st.components[k]) for k in COMPONENTS}
+        comps = {k: int(st.components[k]) for k in (*COMPONENTS, *EXTRA_COMPONENTS) if k in st.components}
         for rank in est.stage_ranks(st.pp_rank):
             coords = est.coordinates(rank)
             ranks.append({"rank": rank, **coords, "layers": st.layers, "chunk_layers": st.chunk_layers,

@@ -11,6 +11,12 @@ from guard.units import GIB, MIB, gib
 COLUMNS = (("params", "params"), ("grads", "grads"), ("optimizer", "optim"), ("activations", "acts"),
            ("embedding_activations", "emb"), ("logits", "logits"), ("buffers", "buffers"),
            ("transient", "transient"), ("runtime", "runtime"))
+# a column for each model or engine a preference or RL trainer adds, where the estimate has one
+EXTRA_COLUMNS = (("reference", "ref model"), ("vllm_engine", "vLLM"))
+
+
+def columns(est: Estimate) -> tuple[tuple[str, str], ...]:
+    return COLUMNS + tuple(c for c in EXTRA_COLUMNS if any(c[0] in st.components for st in est.stages))
 
 
 def _classes(est: Estimate) -> list[list[StageEstimate]]:
@@ -32,15 +38,15 @@ def rows(est: Estimate) -> list[list[str]]:
         ranks = str(lo) if lo == hi else f"{lo}-{hi}"
         pp = str(first.pp_rank) if first is last else f"{first.pp_rank}-{last.pp_rank}"
         row = [ranks, pp, str(first.layers), f"{first.inflight:g}"]
-        row += [gib(first.components[key]) for key, _ in COLUMNS]
+        row += [gib(first.components[key]) for key, _ in columns(est)]
         row.append(gib(first.peak_bytes))
         row.append(f"{100 * first.peak_bytes / est.capacity:.0f}%" if est.capacity else "-")
         out.append(row)
     return out
 
 
-def header() -> list[str]:
-    return ["ranks", "pp", "layers", "in-flight"] + [label for _, label in COLUMNS] + ["peak GiB", "of GPU"]
+def header(est: Estimate) -> list[str]:
+    return ["ranks", "pp", "layers", "in-flight"] + [label for _, label in columns(est)] + ["peak GiB", "of GPU"]
 
 
 def verdict(est: Estimate) -> str:
@@ -94,7 +100,7 @@ def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False
     if color:
         _rich_table(est, out)
     else:
-        _plain_table(header(), rows(est), out)
+        _plain_table(header(est), rows(est), out)
     out.write(verdict(est) + "\n")
     host = est.host_bytes_per_node()
     if host:
@@ -119,7 +125,7 @@ def _rich_table(est: Estimate, out: TextIO) -> None:
     from rich.table import Table
 
     table = Table(show_edge=False, pad_edge=False)
-    for i, name in enumerate(header()):
+    for i, name in enumerate(header(est)):
         table.add_column(name, justify="right", style="bold" if name == "peak GiB" else None)
     for r in rows(est):
         table.add_row(*r)

@@ -1,0 +1,111 @@
+"""TRL's preference and RL trainers priced as they allocate (trl f2cd5771): DPO's reference model (a whole copy on
+every rank below ZeRO-3, sharded like the policy under ZeRO-3, none with peft or precomputed log-probs), its
+chosen and rejected rows in one forward, GRPO/RLOO's reference by beta, a colocated vLLM's share; LLaMA-Factory's
+and axolotl's preference stages named. Expected bytes are counted by hand from the trainers' code and the model's
+published parameter count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_guard
+
+QWEN_PARAMS = 494_032_768  # Qwen2.5-0.5B, tied embeddings (its safetensors' total, the catalog's published count)
+H100_TOTAL = 80 * 2**30  # the catalog's H100 memory; vLLM's share is of the GPU's total memory
+ZERO = {2: {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "bf16": {"enabled": "auto"}, "gradient_clipping": 1.0, "zero_optimization": {"stage": 2}},
+        3: {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "bf16": {"enabled": "auto"}, "gradient_clipping": 1.0,
+            "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}}
+BASE = ("--model_name_or_path Qwen/Qwen2.5-0.5B --dataset_name d --per_device_train_batch_size 2 --max_length 1024 "
+        "--output_dir out --num_processes 4 --deepspeed ds.json")
+
+
+def _estimate(tmp_path, command: str, stage: int = 2, gpu: str | None = None) -> dict:
+    (tmp_path / "ds.json").write_text(json.dumps(ZERO[stage]))
+    script = tmp_path / "run.sh"
+    script.write_text(command + "\n")
+    code, out, err = run_guard("estimate", str(script), "--format", "json", *(["--gpu", gpu] if gpu else []))
+    assert code in (0, 1), out + err
+    return json.loads(out)
+
+
+def _components(data: dict) -> dict:
+    return data["ranks"][0]["components"]
+
+
+def test_dpo_under_zero2_keeps_a_whole_bf16_reference_on_every_rank(tmp_path):
+    """prepare_deepspeed forces stage 0 below ZeRO-3: 494,032,768 parameters x 2 bytes (the engine's bf16)."""
+    dpo = _components(_estimate(tmp_path, f"trl dpo {BASE}"))
+    assert dpo["reference"] == QWEN_PARAMS * 2
+
+
+def test_dpo_runs_chosen_and_rejected_in_one_forward(tmp_path):
+    """concatenated_forward: the same micro-batch's activations and logits, twice the rows."""
+    sft = _components(_estimate(tmp_path, f"trl sft {BASE}"))
+    dpo = _components(_estimate(tmp_path, f"trl dpo {BASE}"))
+    assert "reference" not in sft
+    assert dpo["activations"] == 2 * sft["activations"] and dpo["logits"] == 2 * sft["logits"]
+    assert dpo["params"] == sft["params"] and dpo["optimizer"] == sft["optimizer"]
+
+
+def test_dpo_under_zero3_shards_the_reference_like_the_policy(tmp_path):
+    comps = _components(_estimate(tmp_path, f"trl dpo {BASE}", stage=3))
+    assert comps["reference"] == comps["params"]
+
+
+@pytest.mark.parametrize("flags", ["--use_peft", "--precompute_ref_log_probs"])
+def test_dpo_without_a_reference_copy(tmp_path, flags):
+    """peft: the reference is the policy with adapters disabled; precomputed log-probs: no model kept."""
+    data = _estimate(tmp_path, f"trl dpo {BASE} {flags}")
+    assert "reference" not in _components(data)
+    assert any(("adapters disabled" if "peft" in flags else "precompute_ref_log_probs") in n for n in data["notes"])
+
+
+@pytest.mark.parametrize(("method", "beta", "held"), [("grpo", "", False), ("grpo", "--beta 0.04", True),
+                                                      ("rloo", "", True), ("rloo", "--beta 0.0", False)])
+def test_grpo_and_rloo_hold_a_reference_only_with_a_kl_term(tmp_path, method, beta, held):
+    """GRPO's beta defaults to 0.0 and RLOO's to 0.05; beta 0 loads no reference."""
+    comps = _components(_estimate(tmp_path, f"trl {method} {BASE} {beta}"))
+    assert ("reference" in comps) is held
+    if held:
+        assert comps["reference"] == QWEN_PARAMS * 2
+
+
+def test_a_colocated_vllm_holds_its_share_of_the_gpus_total(tmp_path):
+    data = _estimate(tmp_path, f"trl grpo {BASE} --use_vllm --vllm_mode colocate --vllm_gpu_memory_utilization 0.9",
+                     gpu="H100")
+    comps = _components(data)
+    assert comps["vllm_engine"] == round(0.9 * H100_TOTAL)
+    assert data["ranks"][0]["peak_bytes"] == sum(comps.values())
+    assert data["fits"] is False  # 72 GiB for vLLM beside the training peak on an 80 GiB card
+    default = _components(_estimate(tmp_path, f"trl grpo {BASE} --use_vllm", gpu="H100"))
+    assert default["vllm_engine"] == round(0.3 * H100_TOTAL)  # GRPOConfig: colocate, 0.3
+
+
+@pytest.mark.parametrize("flags", ["--use_vllm --vllm_mode server", "--use_vllm --vllm_enable_sleep_mode"])
+def test_vllm_on_other_gpus_or_asleep_holds_nothing_while_training(tmp_path, flags):
+    assert "vllm_engine" not in _components(_estimate(tmp_path, f"trl grpo {BASE} {flags}", gpu="H100"))
+
+
+def test_the_text_table_gains_a_column_per_extra_model_and_engine(tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps(ZERO[2]))
+    script = tmp_path / "run.sh"
+    script.write_text(f"trl grpo {BASE} --beta 0.04 --use_vllm\n")
+    code, out, err = run_guard("estimate", str(script), "--gpu", "H100")
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("ranks"))
+    assert "ref model" in header and "vLLM" in header
+
+
+@pytest.mark.parametrize(("name", "text", "key"), [
+    ("dpo.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: dpo\nfinetuning_type: full\ncutoff_len: 1024\n"
+                 "per_device_train_batch_size: 1\nbf16: true\n", "stage"),
+    ("rl.yaml", "base_model: Qwen/Qwen2.5-0.5B\nrl: dpo\nsequence_len: 1024\nmicro_batch_size: 1\nbf16: true\n"
+                "datasets: []\n", "rl")])
+def test_other_frameworks_preference_stages_are_named(tmp_path, name, text, key):
+    (tmp_path / name).write_text(text)
+    code, out, err = run_guard("estimate", str(tmp_path / name), "--format", "json")
+    unmodelled = json.loads(out)["unmodelled"]
+    assert any(key in json.dumps(u) and "priced as SFT" in json.dumps(u) for u in unmodelled), unmodelled
