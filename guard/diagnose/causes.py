@@ -41,6 +41,43 @@ def cause(event: Event, expandable: bool = False, growth: Growth | None = None) 
     """`expandable`: the log or a snapshot says PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True;
     `growth`: what the rank's memory readings over time show (guard/diagnose/growth.py), if they rose."""
     o = event.oom
+    named = _not_the_allocators(o)
+    if named is not None:
+        return named
+    if o.kind != "cuda-oom" or o.total is None:
+        return Cause("unknown", f"{o.kind} without sizes: the log does not say how full the GPU was",
+                     "rerun with PyTorch's caching allocator message visible (or a memory snapshot)")
+    foreign, rule = _foreign(o)
+    floor = FOREIGN_MIN if o.processes else FOREIGN_INFERRED_SHARE * o.total
+    # someone else's memory matters when, without it, the request would have fit
+    if foreign is not None and foreign >= max(floor, (o.requested or 0) - (o.free or 0)):
+        return Cause("other-process", f"{_gib(foreign)} of GPU {o.device} is held outside this process ({rule})",
+                     "one rank per GPU: check CUDA_VISIBLE_DEVICES and LOCAL_RANK (torch.cuda.set_device), and "
+                     "stop other processes on the device (nvidia-smi lists them)")
+    if growth is not None:
+        return Cause("growth", f"memory rose before it ran out: {growth.why}",
+                     "find what is kept across steps (tensors held for logging, an evaluation loop that keeps "
+                     "graphs: use torch.no_grad and .item(), caches never freed) or cap the sequence length")
+    spare = (o.reserved_unallocated or 0) + (o.free or 0)
+    if o.reserved_unallocated is not None and spare >= (o.requested or 0) and \
+            o.reserved_unallocated > 0.05 * o.total:
+        return Cause("fragmentation", f"{_gib(o.reserved_unallocated)} reserved but unallocated and {_gib(o.free)} "
+                                      f"free, yet {_gib(o.requested)} did not fit in one piece",
+                     "expandable_segments is already on, so the pieces are what the job leaves between its "
+                     "tensors: lower the peak (a layout that fits with room, guard plan) or free caches before "
+                     "the phase that failed" if expandable else
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb on older PyTorch)")
+    if event.phase.startswith("step ") and event.phase not in ("step 0", "step 1"):
+        return Cause("growth", f"it ran until {event.phase} before running out: a later batch needed more "
+                               "(longer sequences, or memory that grows step by step)",
+                     "cap the sequence length or pack to a fixed length; look for tensors kept across steps")
+    return Cause("capacity", f"PyTorch held {_gib(o.allocated)} of {_gib(o.total)} and asked for "
+                             f"{_gib(o.requested)} more: the job does not fit",
+                 "change the layout: guard plan with the job's inputs lists what fits")
+
+
+def _not_the_allocators(o) -> Cause | None:
+    """The failures that are not the caching allocator's message: NCCL, shared memory, vLLM, host RAM."""
     if o.kind == "nccl":
         asked = f" ({_gib(o.requested)} asked)" if o.requested else ""
         return Cause("nccl", f"NCCL could not allocate its buffers on the GPU{asked}",
@@ -72,36 +109,7 @@ def cause(event: Event, expandable: bool = False, growth: Growth | None = None) 
                      + (f": {o.note}" if o.note else ""),
                      "fewer data-loader workers or less pinned memory; offload less to the CPU; load checkpoints "
                      "on fewer ranks at a time (or memory-mapped)")
-    if o.kind != "cuda-oom" or o.total is None:
-        return Cause("unknown", f"{o.kind} without sizes: the log does not say how full the GPU was",
-                     "rerun with PyTorch's caching allocator message visible (or a memory snapshot)")
-    foreign, rule = _foreign(o)
-    floor = FOREIGN_MIN if o.processes else FOREIGN_INFERRED_SHARE * o.total
-    # someone else's memory matters when, without it, the request would have fit
-    if foreign is not None and foreign >= max(floor, (o.requested or 0) - (o.free or 0)):
-        return Cause("other-process", f"{_gib(foreign)} of GPU {o.device} is held outside this process ({rule})",
-                     "one rank per GPU: check CUDA_VISIBLE_DEVICES and LOCAL_RANK (torch.cuda.set_device), and "
-                     "stop other processes on the device (nvidia-smi lists them)")
-    if growth is not None:
-        return Cause("growth", f"memory rose before it ran out: {growth.why}",
-                     "find what is kept across steps (tensors held for logging, an evaluation loop that keeps "
-                     "graphs: use torch.no_grad and .item(), caches never freed) or cap the sequence length")
-    spare = (o.reserved_unallocated or 0) + (o.free or 0)
-    if o.reserved_unallocated is not None and spare >= (o.requested or 0) and \
-            o.reserved_unallocated > 0.05 * o.total:
-        return Cause("fragmentation", f"{_gib(o.reserved_unallocated)} reserved but unallocated and {_gib(o.free)} "
-                                      f"free, yet {_gib(o.requested)} did not fit in one piece",
-                     "expandable_segments is already on, so the pieces are what the job leaves between its "
-                     "tensors: lower the peak (a layout that fits with room, guard plan) or free caches before "
-                     "the phase that failed" if expandable else
-                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb on older PyTorch)")
-    if event.phase.startswith("step ") and event.phase not in ("step 0", "step 1"):
-        return Cause("growth", f"it ran until {event.phase} before running out: a later batch needed more "
-                               "(longer sequences, or memory that grows step by step)",
-                     "cap the sequence length or pack to a fixed length; look for tensors kept across steps")
-    return Cause("capacity", f"PyTorch held {_gib(o.allocated)} of {_gib(o.total)} and asked for "
-                             f"{_gib(o.requested)} more: the job does not fit",
-                 "change the layout: guard plan with the job's inputs lists what fits")
+    return None
 
 
 def _foreign(o) -> tuple[int | None, str]:
