@@ -21,6 +21,7 @@ FAMILIES = (
     "finetune",
     "finetune_trainer",
     "finetune_pair",
+    "post_training",
     "mlm_args",
     "mlm_parallel",
     "mlm_shape",

@@ -188,8 +188,10 @@ def pair(ctx: FineTuneCheck) -> None:
 @check(SEQ_DEFAULTED, SEQ_BEYOND, target="finetune")
 def sequence(ctx: FineTuneCheck) -> None:
     key = ctx.ft.dialect.keys["seq_len"]
-    # a plain HF Trainer program: TrainingArguments has no sequence length that could be left to a default
-    if "seq_len" not in ctx.ft.written and ctx.ft.dialect is not HF_PROGRAM:
+    # a plain HF Trainer program: TrainingArguments has no sequence length that could be left to a default; GRPO and
+    # RLOO have no max_length (the sequence is the prompt and its completion: guard/job/post_training.py)
+    generated = ctx.ft.dialect.name == "trl" and str(ctx.ft.get("rl_method")) in ("grpo", "rloo")
+    if "seq_len" not in ctx.ft.written and ctx.ft.dialect is not HF_PROGRAM and not generated:
         ctx.report(SEQ_DEFAULTED, "seq_len", f"no {key}: {ctx.ft.dialect.title} truncates every sample to "
                    f"{ctx.ft.get('seq_len')} tokens", help=f"write {key}: N")
         return
