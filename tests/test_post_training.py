@@ -109,3 +109,18 @@ def test_other_frameworks_preference_stages_are_named(tmp_path, name, text, key)
     code, out, err = run_guard("estimate", str(tmp_path / name), "--format", "json")
     unmodelled = json.loads(out)["unmodelled"]
     assert any(key in json.dumps(u) and "priced as SFT" in json.dumps(u) for u in unmodelled), unmodelled
+
+
+def test_grpo_generating_with_transformers_holds_the_kv_cache_and_the_gathered_policy(tmp_path):
+    """No vLLM: generate runs on the training GPU over the local generation batch (8 x 8 steps = 64 completions)
+    with ZeRO-3's whole policy gathered (ds3_gather_for_generation). Llama-3-8B: K and V of 32 layers x 8 KV heads x
+    128 dims in bf16 = 131,072 bytes a token; 1,024 tokens (TRL's default length as guard prices it) x 64
+    completions = 8 GiB; the gathered weights are 8,030,261,248 x 2 bytes less the rank's own partition."""
+    data = _estimate(tmp_path, "trl grpo --model_name_or_path meta-llama/Meta-Llama-3-8B --dataset_name d "
+                               "--per_device_train_batch_size 8 --steps_per_generation 8 --num_processes 8 "
+                               "--output_dir out --deepspeed ds.json", stage=3, gpu="H100")
+    rank = data["ranks"][0]
+    comps = rank["components"]
+    assert rank["phase"] == "generation"
+    assert comps["generation"] == 2 * 32 * 8 * 128 * 2 * 1024 * 64 + (8_030_261_248 * 2 - comps["params"])
+    assert comps["activations"] == comps["logits"] == 0  # no training forward in flight while generating

@@ -37,6 +37,11 @@ class PostTraining:
     rows: int = 1  # rows through one forward per sample (DPO: chosen + rejected)
     vllm_share: float | None = None  # colocated vLLM: the fraction of the GPU's total it holds while training
     vllm_why: str = ""
+    # GRPO/RLOO generating with transformers' generate on the training GPUs (no vLLM): the completions one rank
+    # generates at once (per_device_train_batch_size x steps_per_generation), and whether ZeRO-3 gathers the whole
+    # policy for it (ds3_gather_for_generation, default True); 0: generation is not on this GPU or not by generate
+    generating: int = 0
+    gathered: bool = False
 
     @property
     def holds_reference(self) -> bool:
@@ -67,6 +72,13 @@ def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: 
         out.reference, out.reference_why = "replica", (
             "prepare_deepspeed forces ZeRO stage 0 below ZeRO-3: a whole copy on every rank, in the engine's dtype"
             if deepspeed else "accelerate prepares it for evaluation: a whole copy on every rank")
+    if method in ("grpo", "rloo") and not ft.flag("use_vllm"):
+        # trainer._generate_single_turn: model.generate over the local generation batch, under
+        # unwrap_model_for_generation(gather_deepspeed3_params=ds3_gather_for_generation)
+        per_device = int(ft.get("micro_batch") or 1)
+        steps = ft.get("steps_per_generation") or ft.get("grad_accum") or 1
+        out.generating = per_device * int(steps)
+        out.gathered = deepspeed and zero_stage == 3 and ft.get("ds3_gather") is not False
     if method in ("grpo", "rloo") and ft.flag("use_vllm"):
         mode = str(ft.get("vllm_mode") or "colocate")
         if mode == "colocate":

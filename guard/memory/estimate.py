@@ -23,7 +23,7 @@ from guard.units import GIB, MIB
 COMPONENTS = ("params", "grads", "optimizer", "activations", "embedding_activations", "logits", "buffers",
               "transient", "runtime")
 # what a preference or RL trainer adds, present only in its estimates (guard/job/post_training.py)
-EXTRA_COMPONENTS = ("reference", "vllm_engine")
+EXTRA_COMPONENTS = ("reference", "vllm_engine", "generation")
 
 
 @dataclass
@@ -121,6 +121,20 @@ def _reference_bytes(setup: TrainingJob, inv, states) -> int:
     return inv.total * DTYPE_BYTES[dtype]
 
 
+def _generation_bytes(setup: TrainingJob, inv, states) -> float:
+    """transformers' generate on the training GPU (GRPO/RLOO without vLLM, post_training.py): the KV cache of every
+    completion the rank generates at once, K and V per layer in the model's dtype for the whole sequence, and under
+    ZeRO-3 the rest of the policy's weights gathered for it (deepspeed GatheredParameters over all of them)."""
+    post = setup.post_training
+    if post is None or not post.generating:
+        return 0.0
+    arch = setup.arch
+    act = DTYPE_BYTES["bf16" if setup.params_dtype in ("bf16", "fp16") else "fp32"]
+    kv = 2 * arch.num_layers * arch.query_groups * arch.kv_channels * act * setup.seq_length * post.generating
+    gathered = max(0.0, inv.total * DTYPE_BYTES[setup.params_dtype] - states.params) if post.gathered else 0.0
+    return kv + gathered
+
+
 def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int | None = None) -> StageEstimate:
     """One stage's prediction; `detail=False` leaves out the named terms and --explain text (the planner's
     quick check needs the peak alone); dp_rank: one data-parallel rank's states (None: the rank holding most)."""
@@ -147,12 +161,15 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     # the last microbatch's activations are gone by then
     reduce = static + sum(states.reduce_terms.values())
     phases = {"forward/backward": fwd, "optimizer step": step, "gradient reduction": reduce}
+    generation = _generation_bytes(setup, inv, states)
+    if generation:
+        phases["generation"] = static + generation
     phase = max(phases, key=phases.get)
     in_step = phase != "forward/backward"
     allocated = phases[phase]
     runtime = overheads.runtime(setup, allocated)
     transient = {"forward/backward": max(at_loss, in_backward), "gradient reduction":
-                 sum(states.reduce_terms.values()), "optimizer step": step - static}[phase]
+                 sum(states.reduce_terms.values()), "optimizer step": step - static, "generation": 0}[phase]
     components = {
         "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
         "activations": 0 if in_step else round(stash),
@@ -162,6 +179,8 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     }
     if setup.post_training is not None and setup.post_training.holds_reference:
         components["reference"] = _reference_bytes(setup, inv, states)
+    if phase == "generation":
+        components["generation"] = round(generation)
     stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
                           {name: round(value) for name, value in phases.items() if name != "gradient reduction"
                            or states.reduce_terms}, states.host)
