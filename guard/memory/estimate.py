@@ -112,6 +112,17 @@ def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
     return Estimate(setup, gpu, stages, model_param_count(setup.arch))
 
 
+def _post_training_terms(setup: TrainingJob, inv, states, generation: float) -> dict[str, int]:
+    """A preference or RL trainer's extra terms: its reference model, and the generation phase's when it is the
+    peak."""
+    out = {}
+    if setup.post_training.holds_reference:
+        out["reference"] = _reference_bytes(setup, inv, states)
+    if generation:
+        out["generation"] = round(generation)
+    return out
+
+
 def _reference_bytes(setup: TrainingJob, inv, states) -> int:
     """The reference model's weights on this rank (post_training.py): a whole copy in the engine's dtype (or, without
     DeepSpeed, the dtype the policy was loaded in), or under ZeRO-3 the same partition the policy's weights have."""
@@ -177,10 +188,8 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         "logits": 0 if in_step else round(stash_edges - stash_all),
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
-    if setup.post_training is not None and setup.post_training.holds_reference:
-        components["reference"] = _reference_bytes(setup, inv, states)
-    if phase == "generation":
-        components["generation"] = round(generation)
+    if setup.post_training is not None:
+        components.update(_post_training_terms(setup, inv, states, generation if phase == "generation" else 0))
     stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
                           {name: round(value) for name, value in phases.items() if name != "gradient reduction"
                            or states.reduce_terms}, states.host)
