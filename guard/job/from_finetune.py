@@ -131,7 +131,8 @@ def _post_training(job: TrainingJob, ft: FineTuneConfig) -> None:
     if method in ("grpo", "rloo"):  # their configs have no max_length: a prompt (the dataset's) and its completion
         job.notes.append(f"{method.upper()}: each sequence is a prompt (as long as the dataset's) and its "
                          f"completion (max_completion_length, 512 by default): priced at {job.seq_length} tokens "
-                         "(give --seq-length for prompt + completion)")
+                         "(give --seq-length for prompt + completion); the trainer computes logits for the "
+                         "completion tokens only (logits_to_keep), priced for the whole sequence: an upper bound")
     job.notes.append(f"{method.upper()}: {post.reference_why}" + (f"; {post.vllm_why}" if post.vllm_why else "")
                      + ("; chosen and rejected run in one forward: twice the micro-batch's rows"
                         if post.rows == 2 else ""))
