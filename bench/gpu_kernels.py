@@ -1,7 +1,7 @@
 """Measure, on one GPU, the kernel speeds guard plan's step time uses, and write them as a table guard loads.
 
-Run on the GPU machine: python bench/gpu_kernels.py --out schemas/gpus/measured/NAME.json [--budget 330].
-It measures, within the time budget (default 5.5 minutes), on random data:
+Run on the GPU machine: python bench/gpu_kernels.py --out schemas/gpus/measured/GPU/kernels.json [--budget 330].
+It measures, within the time budget (default 5.5 minutes; about 90 s on an H200), on random data:
 - dense GEMMs in bf16 (and FP8 through torch._scaled_mm where the GPU has it) over a sweep of M, N and K, each
   shape repeated for at least `--hold` seconds (sustained clocks, not a boost burst): the maximum and the
   fall with size and with K;
@@ -12,7 +12,7 @@ It measures, within the time budget (default 5.5 minutes), on random data:
 - pinned host-to-device and device-to-host copies;
 - the host's cost to issue a kernel (many tiny kernels back to back, timed on the host).
 Every row records the shape and dtype; the file says which GPU, driver, torch and CUDA measured it.
-guard/plan/kernels.py reads schemas/gpus/measured/*.json over the public table for that GPU (rows it has).
+guard/plan/measured_kernels.py lays schemas/gpus/measured/<GPU>/kernels.json over the public table for that GPU.
 `--dry` runs one tiny shape of each on this CPU (the test suite's check that the script still runs).
 """
 

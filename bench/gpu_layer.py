@@ -1,6 +1,7 @@
 """Time megatron-core's GPT layer on one GPU: wall and host time per layer, the CUDA kernels it launches, peak memory.
 
-Run on the GPU machine: python bench/gpu_layer.py --out DIR/gpu_layer.json (megatron-core installed; about a minute).
+Run on the GPU machine: python bench/gpu_layer.py --out schemas/gpus/measured/GPU/layers.json (megatron-core
+installed, e.g. carried as a wheel; about a minute).
 Each case is megatron-core 0.16.1's GPTModel with the local (non-TE) layer spec, built as
 tests/fidelity/megatron_activation_probe.py builds it, bf16, TP = PP = 1, one rank, no optimizer: a forward and a
 backward per iteration, synchronised at its end. Every case runs at two depths; their difference over the extra
