@@ -138,6 +138,21 @@ def _as_filled(path: str, text: str) -> Script:
     return again
 
 
+# post-training frameworks whose jobs hold several models and an engine: named when a script runs them
+POST_TRAINING_PROGRAMS = {"openrlhf": "OpenRLHF: DeepSpeed, Ray and vLLM", "verl": "verl: FSDP or Megatron with a "
+                          "rollout engine", "dschat": "DeepSpeed-Chat", "deepspeed_chat": "DeepSpeed-Chat"}
+
+
+def _post_training_program(launch: Launch) -> str:
+    """The post-training framework a launch runs ('' when none): by its module, or DeepSpeed-Chat's step 3 by the
+    actor and critic it names (its main.py has no telling name)."""
+    program = launch.program.text if launch.program is not None else ""
+    if program.split(".")[0] in POST_TRAINING_PROGRAMS:
+        return POST_TRAINING_PROGRAMS[program.split(".")[0]]
+    flags = {w.text.split("=")[0] for w in launch.args}
+    return "DeepSpeed-Chat step 3" if {"--actor_model_name_or_path", "--critic_model_name_or_path"} <= flags else ""
+
+
 def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> ScriptResult:
     result = ScriptResult()
     script = _as_filled(path, text)
@@ -159,7 +174,12 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
         why += [f"the command{'s' if len(held) > 1 else ''} with a placeholder on line{'s' if len(held) > 1 else ''} "
                 f"{', '.join(held)} {'are' if len(held) > 1 else 'is'} not judged"] if held else []
         message = "no command of this script starts a Megatron program: nothing was checked"
-        if trainer:
+        rlhf = next(((one, _post_training_program(one)) for one in found if _post_training_program(one)), None)
+        if rlhf is not None:
+            name = rlhf[0].program.text if rlhf[0].program is not None else "the program"
+            message = (f"{name} ({rlhf[1]}) is not priced yet: its actor, reference, reward and critic models and "
+                       "its generation engines are not read; nothing was checked")
+        elif trainer:
             program = trainer[0].program.text if trainer[0].program is not None else "the program"
             message = (f"{program} takes transformers' TrainingArguments (an HF Trainer script, not Megatron): "
                        "nothing was checked; check the DeepSpeed config it names on its own")
