@@ -218,9 +218,12 @@ def scan_file(path: str, scan: LogScan | None = None) -> LogScan:
     hits.wait()
     first = 1
     for offset, size, lines, marked, tail in plan:
-        if scan.busy or marked or (hits.within(offset, offset + size) if hits.known else hits.running and any(
-                marker in read_block(path, offset, size) for marker in BYTE_MARKERS)):
+        raw = None
+        if hits.running and not hits.known:  # grep failed: this block is searched here, read once
             raw = read_block(path, offset, size)
+            marked = any(marker in raw for marker in BYTE_MARKERS)
+        if scan.busy or marked or (hits.known and hits.within(offset, offset + size)):
+            raw = raw if raw is not None else read_block(path, offset, size)
             texts = raw.decode("utf-8", errors="replace").split("\n")
             for i, text in enumerate(texts[:-1] if raw.endswith(b"\n") else texts):
                 scan.feed(LogLine(path, first + i, *strip_prefix(text)))

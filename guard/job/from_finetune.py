@@ -120,7 +120,8 @@ def _post_training(job: TrainingJob, ft: FineTuneConfig) -> None:
                                ft.origin(key))
         return
     method = str(ft.get("rl_method") or "sft").lower()
-    post = read_post_training(method, ft, job.zero_stage, not job.hf_ddp, job.adapter is not None)
+    post = read_post_training(method, ft, job.zero_stage, not job.hf_ddp, job.adapter is not None, job.micro_batch,
+                              job.layout.world or 1)
     if post is None:
         if method == "ppo":
             job.add_unmodelled("TRL PPO (its value, reference and reward models): priced as SFT", "ppo",

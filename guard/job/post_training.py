@@ -47,9 +47,35 @@ class PostTraining:
     def holds_reference(self) -> bool:
         return self.reference in ("replica", "sharded")
 
+    def engine_bytes(self, gpu_total: int) -> int:
+        """What a colocated vLLM holds of a GPU of `gpu_total` bytes while training (0: none on this GPU)."""
+        return round(self.vllm_share * gpu_total) if self.vllm_share is not None else 0
 
-def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: bool) -> PostTraining | None:
-    """The post-training facts of a TRL config `ft` for `method` (the `trl` subcommand or script); None for SFT."""
+
+def _count(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def generation_batch(ft, micro_batch: int, world: int) -> tuple[int, str]:
+    """(completions per generation over all ranks, how it is made) as GRPOConfig.__post_init__ makes it:
+    generation_batch_size when written, else per_device_train_batch_size x processes x steps_per_generation, whose
+    default is gradient_accumulation_steps."""
+    written = _count(ft.get("generation_batch"))
+    if written is not None:
+        return written, f"generation_batch_size {written}"
+    steps = _count(ft.get("steps_per_generation")) or _count(ft.get("grad_accum")) or 1
+    batch = micro_batch * world * steps
+    return batch, (f"per_device_train_batch_size {micro_batch} x {world} processes x {steps} steps per generation "
+                   f"= {batch}")
+
+
+def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: bool, micro_batch: int,
+                       world: int) -> PostTraining | None:
+    """The post-training facts of a TRL config `ft` for `method` (the `trl` subcommand or script), on `world` ranks
+    of `micro_batch` rows; None for SFT."""
     if method not in HOLDS_REFERENCE or method in ("sft", "reward"):
         return None
     out = PostTraining(method, "none", "", rows=2 if method in PAIRED else 1)
@@ -75,9 +101,7 @@ def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: 
     if method in ("grpo", "rloo") and not ft.flag("use_vllm"):
         # trainer._generate_single_turn: model.generate over the local generation batch, under
         # unwrap_model_for_generation(gather_deepspeed3_params=ds3_gather_for_generation)
-        per_device = int(ft.get("micro_batch") or 1)
-        steps = ft.get("steps_per_generation") or ft.get("grad_accum") or 1
-        out.generating = per_device * int(steps)
+        out.generating = generation_batch(ft, micro_batch, world)[0] // max(1, world)
         out.gathered = deepspeed and zero_stage == 3 and ft.get("ds3_gather") is not False
     if method in ("grpo", "rloo") and ft.flag("use_vllm"):
         mode = str(ft.get("vllm_mode") or "colocate")

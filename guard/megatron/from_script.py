@@ -174,7 +174,7 @@ def analyse(path: str, text: str, settings: Settings, explicit: bool = True) -> 
         why += [f"the command{'s' if len(held) > 1 else ''} with a placeholder on line{'s' if len(held) > 1 else ''} "
                 f"{', '.join(held)} {'are' if len(held) > 1 else 'is'} not judged"] if held else []
         message = "no command of this script starts a Megatron program: nothing was checked"
-        rlhf = next(((one, _post_training_program(one)) for one in found if _post_training_program(one)), None)
+        rlhf = next(((one, named) for one in found if (named := _post_training_program(one))), None)
         if rlhf is not None:
             name = rlhf[0].program.text if rlhf[0].program is not None else "the program"
             message = (f"{name} ({rlhf[1]}) is not priced yet: its actor, reference, reward and critic models and "

@@ -103,7 +103,7 @@ def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
     post = setup.post_training
     if post is not None and post.vllm_share is not None:
         # vLLM reserves its share of the GPU's total memory at start-up and holds it (no sleep mode)
-        share = round(post.vllm_share * gpu.memory_bytes) if gpu is not None else 0
+        share = post.engine_bytes(gpu.memory_bytes) if gpu is not None else 0
         for st in stages:
             st.components["vllm_engine"] = share
         if gpu is None:

@@ -184,7 +184,7 @@ def _attention(job: TrainingJob, hw: Hardware, w: Work, sh: _Shape) -> float:
     if job.attention == "unfused":
         w.add("gemm", "attention core (QK^T, AV)", hw.gemm_seconds(s_q, s_k, d, batched)
               + hw.gemm_seconds(s_q, d, s_k, batched))
-        probs = batched * s_q * s_k
+        probs = _probs(job, sh)
         if job.linear_impl == "megatron":  # DotProductAttention's baddbmm(buffer, ..., beta=0) copies the buffer
             nbytes, kind, _ = _eager()["baddbmm_copy"]
             w.add("memory", "scores buffer copy (baddbmm)", hw.memory_seconds(nbytes / 2 * sh.act * probs, kind))

@@ -76,7 +76,7 @@ def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify:
     # a colocated vLLM engine holds its share whatever the layout (post_training.py): the quick check's room is
     # what it leaves; the full estimate of the shown layouts counts it as a term
     post = job.post_training
-    engine = round(post.vllm_share * gpu.memory_bytes) if post is not None and post.vllm_share is not None else 0
+    engine = post.engine_bytes(gpu.memory_bytes) if post is not None else 0
     for done, (layout, extra) in enumerate(structures):
         searched += _search_structure(job, hw, capacity - engine, layout, extra, feasible, current, allowed)
         if progress:

@@ -3,6 +3,7 @@ the trainer little of its GPU (TRL f2cd5771 trainer/grpo_config.py GRPOConfig.__
 
 from __future__ import annotations
 
+from guard.job.post_training import generation_batch
 from guard.rules.finetune_context import FineTuneCheck
 from guard.rules.registry import check, rule
 
@@ -74,25 +75,19 @@ def grpo_config(ctx: FineTuneCheck) -> None:
 
 
 def _groups(ctx: FineTuneCheck, generations: int | None) -> None:
-    """GRPOConfig's generation batch, and its two divisibility refusals."""
+    """GRPOConfig's generation batch (post_training.generation_batch), and its two divisibility refusals."""
     ft, world = ctx.ft, ctx.job.layout.world
     per_device = _int(ft.get("micro_batch"))
     if not generations or not per_device or not world:
         return
-    written = _int(ft.get("generation_batch"))
+    batch, how = generation_batch(ft, per_device, world)
     global_batch = per_device * world
-    if written is not None:
-        if written % global_batch:
-            ctx.report(GENERATION_GROUPS, "generation_batch", f"generation_batch_size {written} is not divisible by "
-                       f"the global batch {per_device} x {world} = {global_batch}: GRPOConfig raises "
-                       "'generation_batch_size must be divisible by the global batch size'",
-                       help=f"a multiple of {global_batch}")
-            return
-        batch, how = written, f"generation_batch_size {written}"
-    else:
-        steps = _int(ft.get("steps_per_generation")) or _int(ft.get("grad_accum")) or 1
-        batch, how = global_batch * steps, (f"per_device_train_batch_size {per_device} x {world} processes x "
-                                            f"{steps} steps per generation = {global_batch * steps}")
+    if _int(ft.get("generation_batch")) is not None and batch % global_batch:
+        ctx.report(GENERATION_GROUPS, "generation_batch", f"generation_batch_size {batch} is not divisible by "
+                   f"the global batch {per_device} x {world} = {global_batch}: GRPOConfig raises "
+                   "'generation_batch_size must be divisible by the global batch size'",
+                   help=f"a multiple of {global_batch}")
+        return
     if batch % generations:
         ctx.report(GENERATION_GROUPS, "num_generations", f"{how} is not divisible by num_generations "
                    f"{generations}: GRPOConfig raises 'generation_batch_size ({batch}) must be divisible by "
