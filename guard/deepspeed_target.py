@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
 from dataclasses import dataclass
 
-from guard import resources
+from guard import installed, resources
 
 DEFAULT_HELP = ("judge the config for this DeepSpeed release (default: the installed DeepSpeed's version, "
                 "read from its package metadata; without DeepSpeed installed, the newest vendored schema)")
@@ -28,40 +25,8 @@ class Target:
 
 
 def installed_version() -> str | None:
-    """The installed DeepSpeed's version from its package metadata (the dist-info import would use), read
-    without importing DeepSpeed (seconds, and torch) or importlib.metadata (50-90 ms, more than a lint)."""
-    return _scan(tuple(sys.path))
-
-
-@functools.lru_cache(maxsize=4)
-def _scan(path: tuple[str, ...]) -> str | None:
-    """Once per search path: `guard check --help`'s text and the checker both ask for it on every run."""
-    for entry in path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            stem, dot, kind = name.rpartition(".")
-            if kind in ("dist-info", "egg-info") and stem.split("-")[0].lower() == "deepspeed":
-                version = _metadata_version(os.path.join(entry or ".", name))
-                if version:
-                    return version
-    return None
-
-
-def _metadata_version(folder: str) -> str | None:
-    for file in ("METADATA", "PKG-INFO"):
-        try:
-            with open(os.path.join(folder, file), encoding="utf-8") as handle:
-                for line in handle:
-                    if line.startswith("Version:"):
-                        return line.split(":", 1)[1].strip()
-                    if not line.strip():
-                        break  # the headers end at the first blank line
-        except OSError:
-            continue
-    return None
+    """The installed DeepSpeed's version (guard/installed.py: read without importing it)."""
+    return installed.version("deepspeed")
 
 
 def resolve(explicit: str | None) -> Target:

@@ -90,7 +90,8 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     "beta": "beta", "precompute_ref": "precompute_ref_log_probs", "use_vllm": "use_vllm", "vllm_mode": "vllm_mode",
     "vllm_share": "vllm_gpu_memory_utilization", "vllm_sleep": "vllm_enable_sleep_mode",
     "num_generations": "num_generations", "generation_batch": "generation_batch_size",
-    "steps_per_generation": "steps_per_generation", "ds3_gather": "ds3_gather_for_generation"},
+    "steps_per_generation": "steps_per_generation", "ds3_gather": "ds3_gather_for_generation",
+    "completion_len": "max_completion_length"},
     {**HF_TRAINER, "attn_implementation": None, "padding_free": False, "packing_strategy": "bfd",
      "method": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target": None,
      "load_in_4bit": False, "load_in_8bit": False, "double_quant": False, "seq_len": 1024, "packing": False,
@@ -100,7 +101,7 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
      "load_dtype": "float32", "bf16": True, "activation_offloading": False, "vision": None,
      "beta": None, "precompute_ref": False, "use_vllm": False, "vllm_mode": None, "vllm_share": None,
      "vllm_sleep": False, "rl_method": "sft", "num_generations": 8, "generation_batch": None,
-     "steps_per_generation": None, "ds3_gather": True},
+     "steps_per_generation": None, "ds3_gather": True, "completion_len": None},
     # SFTConfig's spelling before TRL 0.20 renamed it max_length; ModelConfig's before dtype
     {"max_seq_length": "seq_len", "torch_dtype": "load_dtype"})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from guard import installed
 from guard.inputs import find_near
 from guard.job.adapter import Adapter, adapter_tensors, resolve_targets, supports
 from guard.job.architecture import Architecture
@@ -10,11 +11,13 @@ from guard.job.deepspeed_values import cpu_optimizer_forced
 from guard.job.param_groups import hf_tensors
 from guard.job.trainer_optim import TORCH_ADAMW, named
 from guard.job.finetune_config import FineTuneConfig
+from guard.job.finetune_dialects import TRL
 from guard.job.from_deepspeed import read_deepspeed
 from guard.job.origin import Origin
 from guard.job.post_training import read_post_training
 from guard.job.training_job import IncompleteJob, TrainingJob
 from guard.job.world import World
+from guard.resources import version_tuple
 
 # the dtype bitsandbytes stores packed 4-bit weights as: LLaMA-Factory quantization.py and axolotl loaders/model.py
 # set bnb_4bit_quant_storage to the compute dtype ("crucial for fsdp+qlora"); TRL leaves bitsandbytes' uint8
@@ -120,6 +123,8 @@ def _post_training(job: TrainingJob, ft: FineTuneConfig) -> None:
                                ft.origin(key))
         return
     method = str(ft.get("rl_method") or "sft").lower()
+    if ft.dialect is TRL:
+        _fused_head(job, ft, method)
     post = read_post_training(method, ft, job.zero_stage, not job.hf_ddp, job.adapter is not None, job.micro_batch,
                               job.layout.world or 1)
     if post is None:
@@ -131,12 +136,35 @@ def _post_training(job: TrainingJob, ft: FineTuneConfig) -> None:
     job.origins["post_training"] = ft.origin("rl_method")
     if method in ("grpo", "rloo"):  # their configs have no max_length: a prompt (the dataset's) and its completion
         job.notes.append(f"{method.upper()}: each sequence is a prompt (as long as the dataset's) and its "
-                         f"completion (max_completion_length, 512 by default): priced at {job.seq_length} tokens "
-                         "(give --seq-length for prompt + completion); the trainer computes logits for the "
-                         "completion tokens only (logits_to_keep), priced for the whole sequence: an upper bound")
+                         f"completion: priced at {job.seq_length} tokens (give --seq-length for prompt + completion)")
     job.notes.append(f"{method.upper()}: {post.reference_why}" + (f"; {post.vllm_why}" if post.vllm_why else "")
                      + ("; chosen and rejected run in one forward: twice the micro-batch's rows"
                         if post.rows == 2 else ""))
+
+
+FUSED_HEAD_SINCE = (1, 15)  # TRL 1.15.0 added add_fused_lm_head (guard/memory/chunked_head.py)
+COMPLETION_DEFAULT = 512  # GRPOConfig / RLOOConfig max_completion_length
+
+
+def _fused_head(job: TrainingJob, ft: FineTuneConfig, method: str) -> None:
+    """TRL's trainers score through a chunked LM head since 1.15 (never the whole logits): the tokens each row
+    scores, for the installed TRL (or, without it, the current one)."""
+    text = installed.version("trl")
+    if text and version_tuple(text) < FUSED_HEAD_SINCE:
+        job.notes.append(f"TRL {text} (installed) computes whole logits: its fused LM head came in 1.15")
+        return
+    seq = job.seq_length or 0
+    if method in ("grpo", "rloo"):  # logits_to_keep: the completion tokens alone are scored
+        completion = ft.get("completion_len")
+        completion = COMPLETION_DEFAULT if completion in OFF else completion
+        job.scored_tokens = min(int(completion), seq) if seq else int(completion)
+        job.origins["scored_tokens"] = ft.origin("completion_len")
+        scored = f"the {job.scored_tokens} completion tokens of each row (max_completion_length)"
+    else:
+        job.scored_tokens = seq
+        scored = "every labelled token (prompt tokens masked by the trainer are priced too: an upper bound)"
+    job.notes.append(f"TRL {text + ' (installed)' if text else '>= 1.15 (not installed: the current release)'} scores {scored} "
+                     "through its fused LM head in tiles: no whole logits (trl/kernels/chunked_logprob.py)")
 
 
 def _model_choices(job: TrainingJob, ft: FineTuneConfig, arch: Architecture) -> None:

@@ -88,6 +88,8 @@ class TrainingJob:
     norm_kernel: str = "fused"
     rope_kernel: str = "fused"  # fused (no per-layer copies) | unfused (cos and sin cast copies for Q and for K)
     fused_cross_entropy: bool = False
+    # TRL's fused LM head (memory/chunked_head.py): the tokens each row scores through it; 0: whole logits
+    scored_tokens: int = 0
     mtp_layers: int = 0  # Megatron --mtp-num-layers (multi-token prediction on the loss stage)
     linear_impl: str = "torch"  # torch (nn.Linear) | megatron (its tensor_parallel layers) | transformer_engine
     moe_dispatcher: str = "allgather"  # Megatron --moe-token-dispatcher-type

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import hf_layers, offload
+from guard.memory.chunked_head import chunked_head_bytes
 
 SELECTIVE_MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts", "mla_up_proj"}
 
@@ -216,6 +217,9 @@ def logits_bytes(setup: TrainingJob) -> tuple[float, float]:
     tokens = s * setup.rows / (setup.layout.tp if setup.layout.sequence_parallel else 1)
     # the final norm keeps what a layer's norm keeps (seen on megatron-core's last stage), then its output
     h_in = sum(_norm_terms(setup, act, tokens, False, 1).values())
+    if setup.scored_tokens:  # TRL's fused head keeps its own copy of the scored hidden states (chunked_head.py)
+        kept, transient = chunked_head_bytes(setup)
+        return h_in + kept, transient
     if setup.adapter is None:  # a frozen LM head needs only its weight for the input's gradient
         h_in += act * tokens * setup.arch.hidden
     kept, transient = loss_bytes(setup)

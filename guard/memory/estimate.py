@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from guard.job.adapter import trainable_count
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import activations as acts
-from guard.memory import megatron_fsdp, overheads, quantized, save_host, schedule
+from guard.memory import megatron_fsdp, overheads, post_training, quantized, save_host, schedule
 from guard.memory.catalog import Gpu
 from guard.memory.params import (
     REPLICATED,
@@ -117,33 +117,10 @@ def _post_training_terms(setup: TrainingJob, inv, states, generation: float) -> 
     peak."""
     out = {}
     if setup.post_training.holds_reference:
-        out["reference"] = _reference_bytes(setup, inv, states)
+        out["reference"] = post_training.reference_bytes(setup, inv, states)
     if generation:
         out["generation"] = round(generation)
     return out
-
-
-def _reference_bytes(setup: TrainingJob, inv, states) -> int:
-    """The reference model's weights on this rank (post_training.py): a whole copy in the engine's dtype (or, without
-    DeepSpeed, the dtype the policy was loaded in), or under ZeRO-3 the same partition the policy's weights have."""
-    if setup.post_training.reference == "sharded":
-        return round(states.params)
-    dtype = setup.params_dtype if not setup.hf_ddp else (setup.weights_dtype or setup.params_dtype)
-    return inv.total * DTYPE_BYTES[dtype]
-
-
-def _generation_bytes(setup: TrainingJob, inv, states) -> float:
-    """transformers' generate on the training GPU (GRPO/RLOO without vLLM, post_training.py): the KV cache of every
-    completion the rank generates at once, K and V per layer in the model's dtype for the whole sequence, and under
-    ZeRO-3 the rest of the policy's weights gathered for it (deepspeed GatheredParameters over all of them)."""
-    post = setup.post_training
-    if post is None or not post.generating:
-        return 0.0
-    arch = setup.arch
-    act = DTYPE_BYTES["bf16" if setup.params_dtype in ("bf16", "fp16") else "fp32"]
-    kv = 2 * arch.num_layers * arch.query_groups * arch.kv_channels * act * setup.seq_length * post.generating
-    gathered = max(0.0, inv.total * DTYPE_BYTES[setup.params_dtype] - states.params) if post.gathered else 0.0
-    return kv + gathered
 
 
 def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int | None = None) -> StageEstimate:
@@ -172,15 +149,19 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     # the last microbatch's activations are gone by then
     reduce = static + sum(states.reduce_terms.values())
     phases = {"forward/backward": fwd, "optimizer step": step, "gradient reduction": reduce}
-    generation = _generation_bytes(setup, inv, states)
+    generation = post_training.generation_bytes(setup, inv, states)
     if generation:
         phases["generation"] = static + generation
+    reference_forward = post_training.reference_forward_bytes(setup) if any(c.loss for c in chunks) else 0.0
+    if reference_forward:
+        phases["reference forward"] = static + stash_edges + reference_forward
     phase = max(phases, key=phases.get)
-    in_step = phase != "forward/backward"
+    in_step = phase not in ("forward/backward", "reference forward")
     allocated = phases[phase]
     runtime = overheads.runtime(setup, allocated)
     transient = {"forward/backward": max(at_loss, in_backward), "gradient reduction":
-                 sum(states.reduce_terms.values()), "optimizer step": step - static, "generation": 0}[phase]
+                 sum(states.reduce_terms.values()), "optimizer step": step - static, "generation": 0,
+                 "reference forward": reference_forward}[phase]
     components = {
         "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
         "activations": 0 if in_step else round(stash),

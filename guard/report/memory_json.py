@@ -17,6 +17,8 @@ def to_dict(est: Estimate) -> dict:
             coords = est.coordinates(rank)
             ranks.append({"rank": rank, **coords, "layers": st.layers, "chunk_layers": st.chunk_layers,
                           "inflight_microbatches": st.inflight, "components": comps, "phase": st.phase,
+                          # each phase's allocated bytes, before the terms every phase holds (reference, vLLM)
+                          "phases": dict(st.phases),
                           "peak_bytes": st.peak_bytes, "host_bytes": st.host_bytes,
                           "params_by_bucket": {b: st.inventory.bucket(b) for b in
                                                ("tp_sharded", "tp_replicated", "expert")}})
