@@ -40,7 +40,7 @@ class Judge:
             self._run("megatron", check)
             found += soften(subject.command, check.diagnostics)
         elif subject.kind == "finetune":
-            check = FineTuneCheck(subject)
+            check = FineTuneCheck(subject, self.settings.gpu, self.settings.gpu_memory)
             self._run("finetune", check)
             found += check.diagnostics
         if subject.deepspeed is not None:
@@ -67,7 +67,7 @@ class Judge:
                 registered.fn(ctx)
 
     def _runs(self, registered) -> bool:
-        return (self.memory or registered.family != "memory") and any(self.wanted(r.code) for r in registered.rules)
+        return (self.memory or not registered.family.startswith("memory")) and any(self.wanted(r.code) for r in registered.rules)
 
     def _deepspeed(self, subject: Subject) -> list[Diagnostic]:
         """The DeepSpeed rules over the subject's config: the document as written, the job read from it."""

@@ -149,19 +149,15 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     # the last microbatch's activations are gone by then
     reduce = static + sum(states.reduce_terms.values())
     phases = {"forward/backward": fwd, "optimizer step": step, "gradient reduction": reduce}
-    generation = post_training.generation_bytes(setup, inv, states)
-    if generation:
-        phases["generation"] = static + generation
-    reference_forward = post_training.reference_forward_bytes(setup) if any(c.loss for c in chunks) else 0.0
-    if reference_forward:
-        phases["reference forward"] = static + stash_edges + reference_forward
+    extra = post_training.phases(setup, inv, states, stash_edges, any(c.loss for c in chunks))
+    phases.update({name: static + held + work for name, (held, work) in extra.items()})
     phase = max(phases, key=phases.get)
     in_step = phase not in ("forward/backward", "reference forward")
     allocated = phases[phase]
     runtime = overheads.runtime(setup, allocated)
-    transient = {"forward/backward": max(at_loss, in_backward), "gradient reduction":
-                 sum(states.reduce_terms.values()), "optimizer step": step - static, "generation": 0,
-                 "reference forward": reference_forward}[phase]
+    transient = extra[phase][1] if phase in extra else {
+        "forward/backward": max(at_loss, in_backward), "gradient reduction": sum(states.reduce_terms.values()),
+        "optimizer step": step - static}[phase]
     components = {
         "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
         "activations": 0 if in_step else round(stash),
@@ -170,7 +166,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
     if setup.post_training is not None:
-        components.update(_post_training_terms(setup, inv, states, generation if phase == "generation" else 0))
+        components.update(_post_training_terms(setup, inv, states, extra[phase][1] if phase == "generation" else 0))
     stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
                           {name: round(value) for name, value in phases.items() if name != "gradient reduction"
                            or states.reduce_terms}, states.host)

@@ -12,6 +12,20 @@ from guard.memory.chunked_head import TOKEN_CHUNK, VOCAB_CHUNK
 REFERENCE_AFTER_POLICY = ("dpo", "kto")
 
 
+def phases(setup: TrainingJob, inv, states, stash: float, loss_stage: bool) -> dict[str, tuple[float, float]]:
+    """The trainer's own phases on this stage, each (what is held beyond the static states, its working set):
+    generation (nothing of the training step held) and the reference forward (the policy's forward keeps its
+    `stash` of activations and loss edge)."""
+    out = {}
+    generation = generation_bytes(setup, inv, states)
+    if generation:
+        out["generation"] = (0.0, generation)
+    reference = reference_forward_bytes(setup) if loss_stage else 0.0
+    if reference:
+        out["reference forward"] = (stash, reference)
+    return out
+
+
 def reference_bytes(setup: TrainingJob, inv, states) -> int:
     """The reference model's weights on this rank: a whole copy in the engine's dtype (or, without DeepSpeed, the
     dtype the policy was loaded in), or under ZeRO-3 the same partition the policy's weights have."""

@@ -31,6 +31,7 @@ FAMILIES = (
     "mds",
     "launch",
     "memory",
+    "memory_finetune",
 )
 
 # Families that judge a document as written (syntax, keys, values, "auto" placement, flags as a parser sees

@@ -10,8 +10,9 @@ from guard.sources.document import pointer_of
 
 
 class FineTuneCheck:
-    def __init__(self, subject: Subject):
+    def __init__(self, subject: Subject, gpu: str | None = None, gpu_memory: str | None = None):
         self.subject, self.job, self.ft = subject, subject.job, subject.training
+        self.gpu, self.gpu_memory = gpu, gpu_memory  # --gpu: the memory rules price the job (memory_finetune.py)
         self.ds_doc = subject.deepspeed.doc if subject.deepspeed is not None else None
         self.mismatches = subject.pair.mismatches if subject.pair else []
         self.ds_missing = bool(subject.pair and subject.pair.named_missing)
