@@ -72,10 +72,12 @@ def finetune_subject(ft: FineTuneConfig, settings: Settings, request: Request = 
 
 def _refuse_overrides(request: Request, ft: FineTuneConfig) -> None:
     """The training config decides the batch, the precision and checkpointing; --seq-length only where it cannot
-    (a plain HF Trainer program: TrainingArguments has no sequence length, TRL SFT's is priced unless given)."""
+    (a plain HF Trainer program: TrainingArguments has no sequence length, TRL SFT's is priced unless given; GRPO
+    and RLOO: a prompt, as long as the dataset's, and its completion)."""
     given = [flag for flag, value in (("--micro-batch-size", request.micro_batch), ("--precision", request.precision),
                                       ("--gradient-checkpointing", request.gradient_checkpointing)) if value]
-    if request.seq_length and (ft.dialect is not HF_PROGRAM or "seq_len" in ft.written):
+    no_length = ft.dialect is HF_PROGRAM or str(ft.get("rl_method")) in ("grpo", "rloo")
+    if request.seq_length and (not no_length or "seq_len" in ft.written):
         given.insert(0, f"--seq-length (the config's {ft.dialect.keys['seq_len']})")
     if given:
         raise InputError(f"{', '.join(given)}: {ft.path} decides it; write it in the training config")
