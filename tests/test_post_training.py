@@ -1,7 +1,7 @@
 """TRL's preference and RL trainers priced as they allocate (trl f2cd5771): DPO's reference model (a whole copy on
 every rank below ZeRO-3, sharded like the policy under ZeRO-3, none with peft or precomputed log-probs), its
 chosen and rejected rows in one forward, GRPO/RLOO's reference by beta, a colocated vLLM's share; LLaMA-Factory's
-and axolotl's preference stages named. Expected bytes are counted by hand from the trainers' code and the model's
+and axolotl's DPO/KTO/ORPO/SimPO through the TRL trainers they subclass, their PPO/RM/GRPO named. Expected bytes are counted by hand from the trainers' code and the model's
 published parameter count."""
 
 from __future__ import annotations
@@ -101,15 +101,59 @@ def test_the_text_table_gains_a_column_per_extra_model_and_engine(tmp_path):
     assert "ref model" in header and "vLLM" in header
 
 
-@pytest.mark.parametrize(("name", "text", "key"), [
-    ("dpo.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: dpo\nfinetuning_type: full\ncutoff_len: 1024\n"
-                 "per_device_train_batch_size: 1\nbf16: true\n", "stage"),
-    ("rl.yaml", "base_model: Qwen/Qwen2.5-0.5B\nrl: dpo\nsequence_len: 1024\nmicro_batch_size: 1\nbf16: true\n"
-                "datasets: []\n", "rl")])
-def test_other_frameworks_preference_stages_are_named(tmp_path, name, text, key):
+LF_DPO = ("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: dpo\nfinetuning_type: full\ncutoff_len: 1024\n"
+          "per_device_train_batch_size: 2\nbf16: true\ndeepspeed: ds.json\n")
+AXOLOTL_DPO = ("base_model: Qwen/Qwen2.5-0.5B\nrl: dpo\nsequence_len: 1024\nmicro_batch_size: 2\nbf16: true\n"
+               "datasets: []\ndeepspeed: ds.json\n")
+
+
+def _config(tmp_path, name: str, text: str) -> dict:
+    (tmp_path / "ds.json").write_text(json.dumps(ZERO[2]))
     (tmp_path / name).write_text(text)
-    code, out, err = run_guard("estimate", str(tmp_path / name), "--format", "json")
-    unmodelled = json.loads(out)["unmodelled"]
+    code, out, err = run_guard("estimate", str(tmp_path / name), "--format", "json", "--world-size", "4")
+    assert code == 0, out + err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize(("name", "text"), [("lf.yaml", LF_DPO), ("axolotl.yaml", AXOLOTL_DPO)])
+def test_llamafactory_and_axolotl_dpo_run_trls_reference_and_paired_rows(tmp_path, name, text):
+    """Both subclass TRL's DPOTrainer and prepare the reference with its prepare_deepspeed: below ZeRO-3 a whole bf16
+    copy (494,032,768 x 2 bytes) on every rank; chosen and rejected in one forward (twice SFT's activations)."""
+    dpo = _config(tmp_path, name, text)
+    sft = _config(tmp_path, "sft_" + name, text.replace("stage: dpo\n", "").replace("rl: dpo\n", ""))
+    assert _components(dpo)["reference"] == QWEN_PARAMS * 2 and "reference" not in _components(sft)
+    assert _components(dpo)["activations"] == 2 * _components(sft)["activations"]
+
+
+@pytest.mark.parametrize(("change", "reference"), [
+    ("finetuning_type: lora\n", None),  # create_ref_model: LoRA without ref_model -> the policy, adapters disabled
+    ("finetuning_type: lora\nref_model: Qwen/Qwen2.5-0.5B\n", QWEN_PARAMS * 2),  # ref_model: loaded beside it
+    ("pref_loss: orpo\n", None), ("pref_loss: simpo\n", None)])  # use_ref_model is False for these losses
+def test_llamafactorys_reference_follows_its_finetuning_args(tmp_path, change, reference):
+    comps = _components(_config(tmp_path, "lf.yaml", LF_DPO.replace("finetuning_type: full\n", "") + change))
+    assert comps.get("reference") == reference
+
+
+def test_llamafactorys_reference_forward_holds_fp32_logits(tmp_path):
+    """concatenated_forward casts the reference's logits to fp32 and takes log_softmax of the copy: 8 bytes for each
+    of 4 rows x 1024 tokens x 151,936 logits, beyond the gated MLP's no-grad working set."""
+    from guard.memory.post_training import reference_forward_bytes
+
+    (tmp_path / "ds.json").write_text(json.dumps(ZERO[2]))
+    (tmp_path / "lf.yaml").write_text(LF_DPO)
+    from guard.intake.read import read
+    from guard.intake.request import Request
+    from guard.settings import Settings
+
+    job = read(Request(paths=(str(tmp_path / "lf.yaml"),)), Settings()).job
+    assert reference_forward_bytes(job) == 4 * 1024 * VOCAB * 8
+
+
+@pytest.mark.parametrize(("name", "text", "key"), [
+    ("ppo.yaml", LF_DPO.replace("stage: dpo", "stage: ppo"), "stage"),
+    ("grpo.yaml", AXOLOTL_DPO.replace("rl: dpo", "rl: grpo"), "rl")])
+def test_the_stages_not_priced_are_named(tmp_path, name, text, key):
+    unmodelled = _config(tmp_path, name, text)["unmodelled"]
     assert any(key in json.dumps(u) and "priced as SFT" in json.dumps(u) for u in unmodelled), unmodelled
 
 

@@ -56,10 +56,12 @@ LLAMAFACTORY = Dialect("llamafactory", "LLaMA-Factory", {
     "quant_bits": "quantization_bit", "quant_method": "quantization_method", "double_quant": "double_quantization",
     "seq_len": "cutoff_len", "packing": "packing", "no_gradient_checkpointing": "disable_gradient_checkpointing",
     "use_reentrant": "use_reentrant_gc", "stage": "stage", "pure_bf16": "pure_bf16",
-    "liger": "enable_liger_kernel", "modules_to_save": "additional_target"},
+    "liger": "enable_liger_kernel", "modules_to_save": "additional_target", "pref_loss": "pref_loss",
+    "ref_model": "ref_model"},
     {**HF_TRAINER, "method": "lora", "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0, "lora_target": "all",
      "quant_bits": None, "quant_method": "bnb", "double_quant": True, "seq_len": 2048, "packing": None,
-     "no_gradient_checkpointing": False, "use_reentrant": True, "stage": "sft", "pure_bf16": False})
+     "no_gradient_checkpointing": False, "use_reentrant": True, "stage": "sft", "pure_bf16": False,
+     "pref_loss": "sigmoid", "ref_model": None})
 
 AXOLOTL = Dialect("axolotl", "axolotl", {
     **TRAINER_KEYS, "model": "base_model", "method": "adapter", "lora_rank": "lora_r", "lora_alpha": "lora_alpha",

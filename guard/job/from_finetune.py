@@ -106,34 +106,56 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
     return job
 
 
-# LLaMA-Factory's stages and axolotl's `rl:` methods that hold more than the policy: named, not yet priced
-OTHER_TRAINERS = {"llamafactory": ("stage", ("dpo", "kto", "ppo", "rm")), "axolotl": ("rl", None)}
+# the TRL trainer LLaMA-Factory's `stage` and axolotl's `rl` run (LLaMA-Factory train/dpo/trainer.py
+# CustomDPOTrainer and ktrainer.py subclass TRL's DPOTrainer/KTOTrainer and prepare the reference with its
+# prepare_deepspeed; hparams/finetuning_args.py: use_ref_model = stage == "dpo" and pref_loss not in
+# ["orpo", "simpo"]; axolotl core/trainers/dpo, kto, orpo: TRL's trainers, `simpo` as TRL's CPOTrainer);
+# None: a stage that holds more than the policy and is named, not priced
+LLAMAFACTORY_STAGES = {"dpo": "dpo", "kto": "kto", "ppo": None, "rm": None}
+AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo"}
+LF_REFERENCE_FREE = {"orpo": "orpo", "simpo": "simpo"}  # pref_loss values that drop the reference
+
+
+def _trainer_method(ft: FineTuneConfig) -> tuple[str | None, str]:
+    """(the TRL method the config runs, "sft" for none; None: a stage guard names but does not price, the key)."""
+    if ft.dialect.name == "llamafactory":
+        stage = str(ft.get("stage") or "sft").lower()
+        if stage not in LLAMAFACTORY_STAGES:
+            return "sft", "stage"
+        method = LLAMAFACTORY_STAGES[stage]
+        if method == "dpo":
+            method = LF_REFERENCE_FREE.get(str(ft.get("pref_loss") or "sigmoid").lower(), "dpo")
+        return method, "stage"
+    if ft.dialect.name == "axolotl":
+        rl = ft.get("rl")
+        if "rl" not in ft.written or rl in OFF:
+            return "sft", "rl"
+        return AXOLOTL_RL.get(str(rl).lower()), "rl"
+    return str(ft.get("rl_method") or "sft").lower(), "rl_method"
 
 
 def _post_training(job: TrainingJob, ft: FineTuneConfig) -> None:
-    """TRL's DPO/KTO/GRPO/RLOO: the reference model, the paired rows and a colocated vLLM (post_training.py);
-    LLaMA-Factory's and axolotl's preference and RL stages are named, with what is left out."""
-    other = OTHER_TRAINERS.get(ft.dialect.name)
-    if other is not None:
-        key, methods = other
-        value = ft.get(key)
-        if key in ft.written and value not in OFF and (methods is None or str(value).lower() in methods):
-            job.add_unmodelled(f"{ft.dialect.title} {ft.dialect.keys[key]} {value}: priced as SFT (its reference, "
-                               "reward or value models and paired rows are not)", ft.dialect.keys[key],
-                               ft.origin(key))
+    """The preference or RL method a TRL, LLaMA-Factory or axolotl config runs: the reference model, the paired
+    rows and a colocated vLLM (post_training.py); the stages guard does not price are named."""
+    method, key = _trainer_method(ft)
+    if method is None or (method == "ppo" and ft.dialect is TRL):
+        job.add_unmodelled(f"{ft.dialect.title} {ft.dialect.keys.get(key, key)} {ft.get(key)}: priced as SFT (its "
+                           "reference, reward or value models and generation are not)", ft.dialect.keys.get(key, key),
+                           ft.origin(key))
         return
-    method = str(ft.get("rl_method") or "sft").lower()
     if ft.dialect is TRL:
         _fused_head(job, ft, method)
+    separate = ""
+    if ft.dialect.name == "llamafactory" and ft.get("ref_model") not in OFF:
+        separate = f"ref_model {ft.get('ref_model')} is loaded as the reference (priced as large as the policy)"
     post = read_post_training(method, ft, job.zero_stage, not job.hf_ddp, job.adapter is not None, job.micro_batch,
-                              job.layout.world or 1)
+                              job.layout.world or 1, separate)
     if post is None:
-        if method == "ppo":
-            job.add_unmodelled("TRL PPO (its value, reference and reward models): priced as SFT", "ppo",
-                               ft.origin("rl_method"))
         return
+    if ft.dialect.name == "llamafactory":
+        post.logits_path = "fp32"
     job.post_training = post
-    job.origins["post_training"] = ft.origin("rl_method")
+    job.origins["post_training"] = ft.origin(key)
     if method in ("grpo", "rloo"):  # their configs have no max_length: a prompt (the dataset's) and its completion
         job.notes.append(f"{method.upper()}: each sequence is a prompt (as long as the dataset's) and its "
                          f"completion: priced at {job.seq_length} tokens (give --seq-length for prompt + completion)")

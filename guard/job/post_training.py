@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 # each method's reference and rows (the trainers above); ORPO, CPO and SimPO hold no reference
 HOLDS_REFERENCE = {"dpo": True, "kto": True, "grpo": "beta", "rloo": "beta", "orpo": False, "cpo": False,
-                   "sft": False, "reward": False}
+                   "simpo": False, "sft": False, "reward": False}
 DEFAULT_BETA = {"grpo": 0.0, "rloo": 0.05, "dpo": 0.1, "kto": 0.1}
-PAIRED = {"dpo", "orpo", "cpo"}  # chosen and rejected in one forward
+PAIRED = {"dpo", "orpo", "cpo", "simpo"}  # chosen and rejected in one forward
 DEFAULT_VLLM_SHARE = 0.3  # GRPOConfig / RLOOConfig vllm_gpu_memory_utilization
 
 
@@ -42,6 +42,10 @@ class PostTraining:
     # policy for it (ds3_gather_for_generation, default True); 0: generation is not on this GPU or not by generate
     generating: int = 0
     gathered: bool = False
+    # how the trainer turns whole logits into log-probs outside TRL's fused head (memory/post_training.py):
+    # "rowwise" (TRL before 1.15, selective_log_softmax one row at a time for 16-bit logits) or "fp32"
+    # (LLaMA-Factory's concatenated_forward: `.logits.to(torch.float32)`, then log_softmax over all of them)
+    logits_path: str = "rowwise"
 
     @property
     def holds_reference(self) -> bool:
@@ -73,9 +77,10 @@ def generation_batch(ft, micro_batch: int, world: int) -> tuple[int, str]:
 
 
 def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: bool, micro_batch: int,
-                       world: int) -> PostTraining | None:
-    """The post-training facts of a TRL config `ft` for `method` (the `trl` subcommand or script), on `world` ranks
-    of `micro_batch` rows; None for SFT."""
+                       world: int, separate_reference: str = "") -> PostTraining | None:
+    """The post-training facts of a TRL config `ft` for `method` (the `trl` subcommand or script, or the TRL trainer
+    another framework runs), on `world` ranks of `micro_batch` rows; None for SFT. `separate_reference`: why a
+    reference model is loaded even beside adapters (LLaMA-Factory's `ref_model`)."""
     if method not in HOLDS_REFERENCE or method in ("sft", "reward"):
         return None
     out = PostTraining(method, "none", "", rows=2 if method in PAIRED else 1)
@@ -86,7 +91,7 @@ def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: 
         out.reference_why = f"{method.upper()} with beta 0: no reference model (its KL term is off)"
     elif not holds:
         out.reference_why = f"{method.upper()} holds no reference model"
-    elif peft:
+    elif peft and not separate_reference:
         out.reference, out.reference_why = "adapter", "the reference is the policy with its adapters disabled"
     elif method in ("dpo", "kto") and ft.flag("precompute_ref"):
         out.reference, out.reference_why = "precomputed", ("precompute_ref_log_probs: reference log-probs are "
@@ -98,6 +103,8 @@ def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: 
         out.reference, out.reference_why = "replica", (
             "prepare_deepspeed forces ZeRO stage 0 below ZeRO-3: a whole copy on every rank, in the engine's dtype"
             if deepspeed else "accelerate prepares it for evaluation: a whole copy on every rank")
+    if separate_reference and out.holds_reference:
+        out.reference_why = f"{separate_reference}; {out.reference_why}"
     if method in ("grpo", "rloo") and not ft.flag("use_vllm"):
         # trainer._generate_single_turn: model.generate over the local generation batch, under
         # unwrap_model_for_generation(gather_deepspeed3_params=ds3_gather_for_generation)

@@ -57,8 +57,10 @@ def reference_forward_bytes(setup: TrainingJob) -> float:
     is the gated MLP's multiply (LlamaMLP.forward `down_proj(act_fn(gate_proj(x)) * up_proj(x))`): the activation's
     output, up_proj's and their product (3 x tokens x ffn), beside the layer's input and the residual (2 x tokens x
     hidden). An ungated MLP holds fc1's output and the activation's (2 x tokens x ffn). The head then scores the rows
-    through the fused head's tile and its seven fp32 vectors per token (chunked_head.py) or, without it, whole
-    logits in the compute dtype and their fp32 log-softmax.
+    through the fused head's tile and its seven fp32 vectors per token (chunked_head.py); without it, whole logits:
+    TRL before 1.15 keeps them in the compute dtype and takes one row's fp32 log-softmax at a time
+    (trainer/utils.py selective_log_softmax), LLaMA-Factory casts them all to fp32 and takes log_softmax of the copy
+    (train/dpo/trainer.py concatenated_forward, get_batch_logps: 8 bytes a logit once the 16-bit ones are freed).
     """
     post = setup.post_training
     # a peft policy is its own reference with the adapters disabled: the same forward, no second model
@@ -73,6 +75,8 @@ def reference_forward_bytes(setup: TrainingJob) -> float:
     if setup.scored_tokens:
         scored = setup.rows * min(setup.scored_tokens, setup.seq_length)
         head = min(scored, TOKEN_CHUNK) * VOCAB_CHUNK * act + 7 * 4 * scored + tokens * arch.hidden * act
+    elif post.logits_path == "fp32":
+        head = tokens * setup.vocab * (4 + 4)
     else:
-        head = tokens * setup.vocab * (act + 4)
+        head = tokens * setup.vocab * act + setup.seq_length * setup.vocab * 4
     return max(layer, head)
