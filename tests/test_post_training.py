@@ -173,8 +173,6 @@ def test_grpo_generating_with_transformers_holds_the_kv_cache_and_the_gathered_p
 
 
 @pytest.mark.parametrize(("command", "named"), [
-    ("deepspeed --module openrlhf.cli.train_dpo --pretrain meta-llama/Meta-Llama-3-8B --micro_train_batch_size 1 "
-     "--zero_stage 3 --bf16", "OpenRLHF"),
     ("python3 -m openrlhf.cli.train_ppo_ray --actor_num_gpus_per_node 8 --vllm_num_engines 2 --colocate_all_models "
      "--pretrain meta-llama/Meta-Llama-3-8B", "OpenRLHF"),
     ("python3 -m verl.trainer.main_ppo data.train_batch_size=1024 actor_rollout_ref.model.path=Qwen/Qwen2.5-7B",
@@ -183,7 +181,8 @@ def test_grpo_generating_with_transformers_holds_the_kv_cache_and_the_gathered_p
      "facebook/opt-350m --actor_zero_stage 2 --enable_hybrid_engine", "DeepSpeed-Chat step 3")])
 def test_other_post_training_frameworks_are_named_not_priced(tmp_path, command, named):
     """Their jobs hold an actor, a reference, reward/critic models and generation engines: until guard reads them it
-    says which framework it saw, instead of 'no Megatron program' or an SFT price."""
+    says which framework it saw, instead of 'no Megatron program' or an SFT price (OpenRLHF's DPO is priced:
+    tests/test_openrlhf.py)."""
     script = tmp_path / "run.sh"
     script.write_text(command + "\n")
     code, out, err = run_guard("estimate", str(script))

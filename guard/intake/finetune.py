@@ -12,7 +12,8 @@ from guard.intake.world import decide
 from guard.job import model_ref, trainer_fill
 from guard.job.architecture import Architecture
 from guard.job.finetune_config import FineTuneConfig
-from guard.job.finetune_dialects import HF_PROGRAM
+from guard.job import openrlhf
+from guard.job.finetune_dialects import HF_PROGRAM, OPENRLHF
 from guard.job.from_finetune import deepspeed_file, read_finetune
 from guard.job.origin import Origin
 from guard.job.subject import DeepSpeedDoc, FineTunePair, Subject
@@ -39,6 +40,9 @@ def finetune_subject(ft: FineTuneConfig, settings: Settings, request: Request = 
                          "experts): guard does not price MoE fine-tuning (LoRA or full) under transformers")
         arch = None
     world = _world(found.reading if found else None, settings, ft)
+    if ft.dialect is OPENRLHF:  # its DeepSpeed config is built from its flags, not read from a file
+        ft.values["grad_accum"] = openrlhf.gradient_accumulation(ft, world.size) or 1
+        ft.values["deepspeed"] = openrlhf.deepspeed_config(ft)
     comments = {ft.path: ft.doc.comments} if ft.doc.format != "argv" else {}
     subject = Subject(None, "finetune", ft.path, training=ft, pair=FineTunePair(), launch=found.launch if found else
                       None, comments=comments)

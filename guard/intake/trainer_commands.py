@@ -12,7 +12,8 @@ from guard.diagnostic import Span
 from guard.inputs import find_near
 from guard.job import finetune_argv as argv
 from guard.job.finetune_config import FineTuneConfig, Where, read
-from guard.job.finetune_dialects import AXOLOTL, HF_PROGRAM, LLAMAFACTORY, TRL, TRL_FLAGS, Dialect
+from guard.job import openrlhf
+from guard.job.finetune_dialects import AXOLOTL, HF_PROGRAM, LLAMAFACTORY, OPENRLHF, TRL, TRL_FLAGS, Dialect
 from guard.launchers import registry, trainers
 from guard.launchers.chain import Launch, find_launches
 from guard.launchers.options import read_options
@@ -25,6 +26,7 @@ from guard.sources.loader import load_document
 
 TRL_COMMANDS = {"sft", "dpo", "grpo", "kto", "reward", "rloo"}  # trl/cli/main.py: TrainingCommand(name)
 TRL_LISTS = frozenset({"lora_target_modules", "lora_modules_to_save", "report_to"})  # list fields: nargs="+"
+OPENRLHF_LISTS = frozenset({"ds.lora.target_modules", "target_modules"})  # argparse nargs="*"
 # accelerate launch options `trl <command>` hands on (trl/cli/commands/training.py: the strings its parser leaves)
 TRL_LAUNCH = {"--num_processes", "--num_machines", "--config_file", "--accelerate_config", "--multi_gpu",
               "--main_process_port", "--mixed_precision"}
@@ -85,6 +87,8 @@ def _read_command(script: Script, command: Command, launch: Launch | None, text:
     program = launch.program.text if launch.program is not None else ""
     if program == "axolotl.cli.train":
         return _axolotl(script, command, launch.args, text, load, scope, launch=launch)
+    if (module := openrlhf.module_of(program)) is not None:
+        return _openrlhf(script, command, launch, text, module)
     args = launch.args
     first = args[0].text if args else ""
     if first.endswith((".yaml", ".yml", ".json")) and not first.startswith("-"):  # LLaMA-Factory's train.py
@@ -172,6 +176,20 @@ def _trl(script, command, words, text, load, scope: Scope) -> TrainerCommand:
     accelerate_file(found, None, load, launcher)
     if found.ft is not None:
         _method_word(found, command.words[1], command.path, command.words[1].text)
+    return found
+
+
+def _openrlhf(script, command, launch: Launch, text: str, module: str) -> TrainerCommand | None:
+    """`deepspeed --module openrlhf.cli.train_dpo --flag value ...`: argparse flags, dotted or flat (None: a trainer
+    guard names but does not price, left to the script's own message)."""
+    method = openrlhf.MODULES.get(module)
+    if method is None:
+        return None
+    found = TrainerCommand(command, reading=launch.world, launch=launch)
+    found.ft = _bare(script, command, text, OPENRLHF)
+    settings, _rest = argv.hf_args(launch.args, OPENRLHF, command.path, OPENRLHF_LISTS)
+    _apply(found, settings)
+    _method_word(found, launch.program, command.path, method)
     return found
 
 

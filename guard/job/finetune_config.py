@@ -13,6 +13,8 @@ from guard.sources.document import Document, escape
 TRUE = {"true", "1", "yes", "on"}
 
 
+OFF = (None, False, "", [], {}, "none")  # a trainer option written but switched off
+
 @dataclass(frozen=True)
 class Where:
     """Where one value is written: a key of the config file, or a flag (or `key=value`) on a command line."""
@@ -88,6 +90,8 @@ class FineTuneConfig:
             kind = "lora" if self.flag("method") else "full"
         elif self.dialect.name == "axolotl":
             kind = str(raw).lower() if raw else "full"
+        elif self.dialect.name == "openrlhf":  # --ds.lora.rank N > 0: a LoRA adapter (openrlhf/models/actor.py)
+            kind = "lora" if isinstance(self.get("lora_rank"), int) and self.get("lora_rank") > 0 else "full"
         else:
             kind = str(raw or "lora").lower()
         if kind == "oft":
@@ -110,7 +114,7 @@ class FineTuneConfig:
 
     @property
     def reentrant(self) -> bool:
-        if self.dialect.name == "llamafactory":
+        if self.dialect.name in ("llamafactory", "openrlhf"):
             return self.flag("use_reentrant")
         kwargs = self.get("gradient_checkpointing_kwargs")
         if isinstance(kwargs, dict) and "use_reentrant" in kwargs:
@@ -136,7 +140,12 @@ class FineTuneConfig:
         return self.get("lora_target")
 
     def precision(self) -> str:
-        """The training dtype the config asks for: bf16, fp16 or fp32 (axolotl's "auto": bf16)."""
+        """The training dtype the config asks for: bf16, fp16 or fp32 (axolotl's "auto": bf16; OpenRLHF's
+        --ds.param_dtype, bf16 by default, or before 0.10.2 its --bf16 switch, fp16 without it)."""
+        if self.dialect.name == "openrlhf":
+            if "param_dtype" in self.written or "bf16" not in self.written:
+                return str(self.get("param_dtype"))
+            return "bf16" if self.flag("bf16") else "fp16"
         bf16 = self.get("bf16")
         if "bf16" not in self.written and self.flag("fp16"):  # TRL's bf16 default is `not fp16`
             return "fp16"

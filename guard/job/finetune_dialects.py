@@ -107,6 +107,36 @@ TRL = Dialect("trl", "TRL / HF Trainer", {
     # SFTConfig's spelling before TRL 0.20 renamed it max_length; ModelConfig's before dtype
     {"max_seq_length": "seq_len", "torch_dtype": "load_dtype"})
 
+# OpenRLHF 0.11 (3c3be623, openrlhf/cli/train_dpo.py, train_kto.py, train_sft.py): argparse flags, dotted since 0.10.2
+# (--model.model_name_or_path, --train.micro_batch_size, --ds.zero_stage, ...), flat before (--pretrain,
+# --micro_train_batch_size, --zero_stage, ..., 0.8.11 27817f1c); it builds its DeepSpeed config itself
+# (openrlhf/utils/deepspeed/deepspeed_utils.py get_train_ds_config: guard/job/openrlhf.py)
+OPENRLHF = Dialect("openrlhf", "OpenRLHF", {
+    **TRAINER_KEYS, "optim": "optim", "learning_rate": "adam.lr", "lr_scheduler": "lr_scheduler",
+    "model": "model.model_name_or_path", "micro_batch": "train.micro_batch_size", "global_batch": "train.batch_size",
+    "seq_len": "data.max_len", "gradient_checkpointing": "model.gradient_checkpointing_enable",
+    "use_reentrant": "model.gradient_checkpointing_reentrant", "lora_rank": "ds.lora.rank",
+    "lora_alpha": "ds.lora.alpha", "lora_dropout": "ds.lora.dropout", "lora_target": "ds.lora.target_modules",
+    "load_in_4bit": "ds.load_in_4bit", "zero_stage": "ds.zero_stage", "adam_offload": "ds.adam_offload",
+    "ref_offload": "ref.offload", "param_dtype": "ds.param_dtype", "bf16": "bf16", "beta": "model.beta",
+    "packing": "ds.packing_samples", "liger": "ds.use_liger_kernel", "attn_implementation": "ds.attn_implementation",
+    "ref_model": "ref.model_name_or_path", "max_grad_norm": "max_norm", "overlap_comm": "ds.overlap_comm",
+    "grad_accum": "gradient_accumulation_steps"},
+    {**HF_TRAINER, "optim": "adam", "lr_scheduler": "cosine_with_min_lr", "learning_rate": 1e-5,
+     "micro_batch": 8, "global_batch": 128, "seq_len": 512, "gradient_checkpointing": False, "use_reentrant": False,
+     "lora_rank": 0, "lora_alpha": 16, "lora_dropout": 0.0, "lora_target": "all-linear", "load_in_4bit": False,
+     "zero_stage": 2, "adam_offload": False, "ref_offload": False, "param_dtype": "bf16", "bf16": False,
+     "beta": 0.1, "packing": False, "liger": False, "attn_implementation": "flash_attention_2", "ref_model": None,
+     "max_grad_norm": 1.0, "overlap_comm": False, "rl_method": "sft", "method": None, "load_in_8bit": False,
+     "double_quant": True},  # models/actor.py: nf4 with bnb_4bit_use_double_quant=True
+    {"pretrain": "model", "micro_train_batch_size": "micro_batch", "train_batch_size": "global_batch",
+     "max_len": "seq_len", "gradient_checkpointing": "gradient_checkpointing",
+     "gradient_checkpointing_use_reentrant": "use_reentrant", "lora_rank": "lora_rank", "lora_alpha": "lora_alpha",
+     "lora_dropout": "lora_dropout", "target_modules": "lora_target", "load_in_4bit": "load_in_4bit",
+     "zero_stage": "zero_stage", "adam_offload": "adam_offload", "ref_offload": "ref_offload",
+     "beta": "beta", "packing_samples": "packing", "use_liger_kernel": "liger", "flash_attn": "attn_implementation",
+     "ref_pretrain": "ref_model", "overlap_comm": "overlap_comm", "learning_rate": "learning_rate"})
+
 # A program that takes TrainingArguments but shows nothing of TRL: the Trainer's own defaults (no gradient
 # checkpointing); the sequence length has no TrainingArguments field, so TRL SFT's is assumed and said so,
 # unless the program's own TrainingArguments subclass adds `model_max_length` (Stanford Alpaca's train.py,

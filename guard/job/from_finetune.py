@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from guard import installed
 from guard.inputs import find_near
 from guard.job.adapter import Adapter, adapter_tensors, resolve_targets, supports
 from guard.job.architecture import Architecture
@@ -10,18 +9,17 @@ from guard.job.ddp_weights import weights_dtype
 from guard.job.deepspeed_values import cpu_optimizer_forced
 from guard.job.param_groups import hf_tensors
 from guard.job.trainer_optim import TORCH_ADAMW, named
-from guard.job.finetune_config import FineTuneConfig
-from guard.job.finetune_dialects import TRL
+from guard.job.finetune_config import OFF, FineTuneConfig
 from guard.job.from_deepspeed import read_deepspeed
 from guard.job.origin import Origin
-from guard.job.post_training import read_post_training
+from guard.job.finetune_post import read_trainer_method
 from guard.job.training_job import IncompleteJob, TrainingJob
 from guard.job.world import World
-from guard.resources import version_tuple
 
 # the dtype bitsandbytes stores packed 4-bit weights as: LLaMA-Factory quantization.py and axolotl loaders/model.py
-# set bnb_4bit_quant_storage to the compute dtype ("crucial for fsdp+qlora"); TRL leaves bitsandbytes' uint8
-QUANT_STORAGE = {"llamafactory": None, "axolotl": "bf16", "trl": "uint8"}
+# set bnb_4bit_quant_storage to the compute dtype ("crucial for fsdp+qlora"); TRL and OpenRLHF (models/actor.py)
+# leave bitsandbytes' uint8
+QUANT_STORAGE = {"llamafactory": None, "axolotl": "bf16", "trl": "uint8", "openrlhf": "uint8"}
 # trainer options that change GPU memory and that guard names rather than prices (each with its key and line)
 UNPRICED_OPTIONS = {
     "liger": "Liger kernels (the fused linear cross entropy never holds the whole logits; fused RMSNorm, SwiGLU and "
@@ -35,7 +33,6 @@ UNPRICED_OPTIONS = {
     "tiled_mlp": "tiled MLP (the MLP runs the sequence in tiles: its activations are a tile's)",
     "activation_offloading": "activation offloading to host memory",
     "vision": "a vision tower and projector (LLaVA-style multimodal training): the language model alone is priced"}
-OFF = (None, False, "", [], {}, "none")  # a trainer option written but switched off
 # axolotl plugins that replace layers whose memory guard prices (integrations/cut_cross_entropy, liger)
 PLUGINS = {"cut_cross_entropy": "Cut Cross-Entropy (the loss never holds the whole logits)",
            "liger": "Liger kernels (fused linear cross entropy, RMSNorm, SwiGLU, RoPE)"}
@@ -102,91 +99,8 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
         _model_choices(job, ft, arch)
     _optimizer(job, ft, deepspeed if not ddp else None)
     _unpriced(job, ft)
-    _post_training(job, ft)
+    read_trainer_method(job, ft)
     return job
-
-
-# the TRL trainer LLaMA-Factory's `stage` and axolotl's `rl` run (LLaMA-Factory train/dpo/trainer.py
-# CustomDPOTrainer and ktrainer.py subclass TRL's DPOTrainer/KTOTrainer and prepare the reference with its
-# prepare_deepspeed; hparams/finetuning_args.py: use_ref_model = stage == "dpo" and pref_loss not in
-# ["orpo", "simpo"]; axolotl core/trainers/dpo, kto, orpo: TRL's trainers, `simpo` as TRL's CPOTrainer);
-# None: a stage that holds more than the policy and is named, not priced
-LLAMAFACTORY_STAGES = {"dpo": "dpo", "kto": "kto", "ppo": None, "rm": None}
-AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo"}
-LF_REFERENCE_FREE = {"orpo": "orpo", "simpo": "simpo"}  # pref_loss values that drop the reference
-
-
-def _trainer_method(ft: FineTuneConfig) -> tuple[str | None, str]:
-    """(the TRL method the config runs, "sft" for none; None: a stage guard names but does not price, the key)."""
-    if ft.dialect.name == "llamafactory":
-        stage = str(ft.get("stage") or "sft").lower()
-        if stage not in LLAMAFACTORY_STAGES:
-            return "sft", "stage"
-        method = LLAMAFACTORY_STAGES[stage]
-        if method == "dpo":
-            method = LF_REFERENCE_FREE.get(str(ft.get("pref_loss") or "sigmoid").lower(), "dpo")
-        return method, "stage"
-    if ft.dialect.name == "axolotl":
-        rl = ft.get("rl")
-        if "rl" not in ft.written or rl in OFF:
-            return "sft", "rl"
-        return AXOLOTL_RL.get(str(rl).lower()), "rl"
-    return str(ft.get("rl_method") or "sft").lower(), "rl_method"
-
-
-def _post_training(job: TrainingJob, ft: FineTuneConfig) -> None:
-    """The preference or RL method a TRL, LLaMA-Factory or axolotl config runs: the reference model, the paired
-    rows and a colocated vLLM (post_training.py); the stages guard does not price are named."""
-    method, key = _trainer_method(ft)
-    if method is None or (method == "ppo" and ft.dialect is TRL):
-        job.add_unmodelled(f"{ft.dialect.title} {ft.dialect.keys.get(key, key)} {ft.get(key)}: priced as SFT (its "
-                           "reference, reward or value models and generation are not)", ft.dialect.keys.get(key, key),
-                           ft.origin(key))
-        return
-    if ft.dialect is TRL:
-        _fused_head(job, ft, method)
-    separate = ""
-    if ft.dialect.name == "llamafactory" and ft.get("ref_model") not in OFF:
-        separate = f"ref_model {ft.get('ref_model')} is loaded as the reference (priced as large as the policy)"
-    post = read_post_training(method, ft, job.zero_stage, not job.hf_ddp, job.adapter is not None, job.micro_batch,
-                              job.layout.world or 1, separate)
-    if post is None:
-        return
-    if ft.dialect.name == "llamafactory":
-        post.logits_path = "fp32"
-    job.post_training = post
-    job.origins["post_training"] = ft.origin(key)
-    if method in ("grpo", "rloo"):  # their configs have no max_length: a prompt (the dataset's) and its completion
-        job.notes.append(f"{method.upper()}: each sequence is a prompt (as long as the dataset's) and its "
-                         f"completion: priced at {job.seq_length} tokens (give --seq-length for prompt + completion)")
-    job.notes.append(f"{method.upper()}: {post.reference_why}" + (f"; {post.vllm_why}" if post.vllm_why else "")
-                     + ("; chosen and rejected run in one forward: twice the micro-batch's rows"
-                        if post.rows == 2 else ""))
-
-
-FUSED_HEAD_SINCE = (1, 15)  # TRL 1.15.0 added add_fused_lm_head (guard/memory/chunked_head.py)
-COMPLETION_DEFAULT = 512  # GRPOConfig / RLOOConfig max_completion_length
-
-
-def _fused_head(job: TrainingJob, ft: FineTuneConfig, method: str) -> None:
-    """TRL's trainers score through a chunked LM head since 1.15 (never the whole logits): the tokens each row
-    scores, for the installed TRL (or, without it, the current one)."""
-    text = installed.version("trl")
-    if text and version_tuple(text) < FUSED_HEAD_SINCE:
-        job.notes.append(f"TRL {text} (installed) computes whole logits: its fused LM head came in 1.15")
-        return
-    seq = job.seq_length or 0
-    if method in ("grpo", "rloo"):  # logits_to_keep: the completion tokens alone are scored
-        completion = ft.get("completion_len")
-        completion = COMPLETION_DEFAULT if completion in OFF else completion
-        job.scored_tokens = min(int(completion), seq) if seq else int(completion)
-        job.origins["scored_tokens"] = ft.origin("completion_len")
-        scored = f"the {job.scored_tokens} completion tokens of each row (max_completion_length)"
-    else:
-        job.scored_tokens = seq
-        scored = "every labelled token (prompt tokens masked by the trainer are priced too: an upper bound)"
-    job.notes.append(f"TRL {text + ' (installed)' if text else '>= 1.15 (not installed: the current release)'} scores {scored} "
-                     "through its fused LM head in tiles: no whole logits (trl/kernels/chunked_logprob.py)")
 
 
 def _model_choices(job: TrainingJob, ft: FineTuneConfig, arch: Architecture) -> None:

@@ -32,7 +32,7 @@ class PostTraining:
     """The method and what it adds; `origins` say where each was read."""
 
     method: str  # dpo | kto | grpo | rloo | orpo | cpo
-    reference: str  # none | replica | sharded | adapter | precomputed
+    reference: str  # none | replica | sharded | adapter | precomputed | host (offloaded)
     reference_why: str
     rows: int = 1  # rows through one forward per sample (DPO: chosen + rejected)
     vllm_share: float | None = None  # colocated vLLM: the fraction of the GPU's total it holds while training
@@ -43,8 +43,9 @@ class PostTraining:
     generating: int = 0
     gathered: bool = False
     # how the trainer turns whole logits into log-probs outside TRL's fused head (memory/post_training.py):
-    # "rowwise" (TRL before 1.15, selective_log_softmax one row at a time for 16-bit logits) or "fp32"
-    # (LLaMA-Factory's concatenated_forward: `.logits.to(torch.float32)`, then log_softmax over all of them)
+    # "rowwise" (TRL before 1.15, selective_log_softmax one row at a time for 16-bit logits), "fp32"
+    # (LLaMA-Factory's concatenated_forward: `.logits.to(torch.float32)`, then log_softmax over all of them) or
+    # "fp32_ce" (OpenRLHF: an fp32 copy, then flash-attn's fused cross entropy)
     logits_path: str = "rowwise"
 
     @property
@@ -97,11 +98,13 @@ def read_post_training(method: str, ft, zero_stage: int, deepspeed: bool, peft: 
         out.reference, out.reference_why = "precomputed", ("precompute_ref_log_probs: reference log-probs are "
                                                            "computed once before training, no model is kept")
     elif deepspeed and zero_stage == 3:
-        out.reference, out.reference_why = "sharded", ("prepare_deepspeed keeps ZeRO-3: the reference's weights "
-                                                       "are partitioned like the policy's")
+        out.reference, out.reference_why = "sharded", ("the reference's engine keeps ZeRO-3 (TRL's "
+                                                       "prepare_deepspeed, OpenRLHF's get_eval_ds_config): its "
+                                                       "weights are partitioned like the policy's")
     else:
         out.reference, out.reference_why = "replica", (
-            "prepare_deepspeed forces ZeRO stage 0 below ZeRO-3: a whole copy on every rank, in the engine's dtype"
+            "the reference's engine runs ZeRO stage 0 below ZeRO-3 (TRL's prepare_deepspeed, OpenRLHF's "
+            "get_eval_ds_config): a whole copy on every rank, in the engine's dtype"
             if deepspeed else "accelerate prepares it for evaluation: a whole copy on every rank")
     if separate_reference and out.holds_reference:
         out.reference_why = f"{separate_reference}; {out.reference_why}"

@@ -60,11 +60,13 @@ def reference_forward_bytes(setup: TrainingJob) -> float:
     through the fused head's tile and its seven fp32 vectors per token (chunked_head.py); without it, whole logits:
     TRL before 1.15 keeps them in the compute dtype and takes one row's fp32 log-softmax at a time
     (trainer/utils.py selective_log_softmax), LLaMA-Factory casts them all to fp32 and takes log_softmax of the copy
-    (train/dpo/trainer.py concatenated_forward, get_batch_logps: 8 bytes a logit once the 16-bit ones are freed).
+    (train/dpo/trainer.py concatenated_forward, get_batch_logps: 8 bytes a logit once the 16-bit ones are freed),
+    OpenRLHF casts them to fp32 and takes their log-probs with flash-attn's fused cross entropy (models/actor.py
+    forward, models/utils.py log_probs_from_logits): the 16-bit logits and their fp32 copy at once.
     """
     post = setup.post_training
     # a peft policy is its own reference with the adapters disabled: the same forward, no second model
-    if post is None or post.reference not in ("replica", "sharded", "adapter") \
+    if post is None or post.reference not in ("replica", "sharded", "adapter", "host") \
             or post.method not in REFERENCE_AFTER_POLICY:
         return 0.0
     arch = setup.arch
@@ -77,6 +79,8 @@ def reference_forward_bytes(setup: TrainingJob) -> float:
         head = min(scored, TOKEN_CHUNK) * VOCAB_CHUNK * act + 7 * 4 * scored + tokens * arch.hidden * act
     elif post.logits_path == "fp32":
         head = tokens * setup.vocab * (4 + 4)
+    elif post.logits_path == "fp32_ce":  # OpenRLHF Actor.forward: `.to(torch.float32)` beside the 16-bit logits
+        head = tokens * setup.vocab * (act + 4)
     else:
         head = tokens * setup.vocab * act + setup.seq_length * setup.vocab * 4
     return max(layer, head)
