@@ -262,3 +262,56 @@ def test_dpos_reference_forward_runs_while_the_policys_activations_are_held(tmp_
     assert reference_forward_bytes(_job(tmp_path, f"trl grpo {BASE} --beta 0.04")) == 0  # scored before training
     phases = _estimate(tmp_path, f"trl dpo {BASE}")["ranks"][0]["phases"]
     assert set(phases) >= {"forward/backward", "optimizer step", "reference forward"}
+
+
+def test_a_dpo_step_is_the_policy_over_both_rows_and_the_references_forward(tmp_path):
+    """post_training_time: the policy trains on chosen and rejected (an SFT step of twice the micro-batch), and the
+    reference runs the same forward without backward, once per micro-batch."""
+    from guard.memory.catalog import lookup
+    from guard.plan.hardware import hardware
+    from guard.plan.step_time import step_time
+
+    hw = hardware(lookup("H100"), "bf16")
+    dpo = step_time(_job(tmp_path, f"trl dpo {BASE}"), hw)
+    sft_twice = step_time(_job(tmp_path, f"trl sft {BASE}".replace("batch_size 2", "batch_size 4")), hw)
+    forward = sum(sft_twice.stages[0].forward) * 1  # one micro-batch per step (no accumulation written)
+    assert dpo.terms["reference forward (no grad)"] == pytest.approx(forward)
+    assert dpo.seconds == pytest.approx(sft_twice.seconds + forward)
+    grpo = step_time(_job(tmp_path, f"trl grpo {BASE}"), hw)  # beta 0: no reference, one row per completion
+    assert "reference forward (no grad)" not in grpo.terms
+
+
+def _plan(tmp_path, share: float):
+    from guard.memory.catalog import lookup
+    from guard.plan.search import plan
+
+    (tmp_path / "ds.json").write_text(json.dumps(ZERO[2]))
+    script = tmp_path / "run.sh"
+    script.write_text("trl grpo --model_name_or_path meta-llama/Meta-Llama-3-8B --dataset_name d "
+                      "--per_device_train_batch_size 4 --num_processes 8 --deepspeed ds.json --output_dir out "
+                      f"--use_vllm --vllm_gpu_memory_utilization {share}\n")
+    from guard.intake.read import read
+    from guard.intake.request import Request
+    from guard.settings import Settings
+
+    gpu = lookup("H100")
+    return plan(read(Request(paths=(str(script),)), Settings()).job, gpu), gpu
+
+
+def test_the_planner_keeps_a_share_that_leaves_layouts_room(tmp_path):
+    result, _ = _plan(tmp_path, 0.7)
+    assert result.candidates and {c.job.post_training.vllm_share for c in result.candidates} == {0.7}
+
+
+def test_the_planner_lowers_a_share_no_layout_fits_beside_never_below_the_engines_need(tmp_path):
+    """0.92 of an H100 leaves 5.5 GiB of 79.1 usable: no ZeRO layout of an 8B policy fits. The planner gives each
+    shown layout the most its peak leaves, largest first, and never less than vLLM's floor: the 16-bit weights
+    (8,030,261,248 x 2) and one 1024-token sequence's K and V (2 x 32 layers x 8 KV heads x 128 x 2 bytes x 1024),
+    16,194,740,224 B = 0.1885 of 80 GiB."""
+    result, gpu = _plan(tmp_path, 0.92)
+    shares = [c.job.post_training.vllm_share for c in result.candidates]
+    assert shares and all(0.19 <= s < 0.92 for s in shares) and shares == sorted(shares, reverse=True)
+    for cand in result.candidates:
+        assert cand.estimate.peak_stage.peak_bytes <= result.capacity  # the engine at its share included
+        assert cand.estimate.peak_stage.components["vllm_engine"] == round(cand.job.post_training.vllm_share
+                                                                             * gpu.memory_bytes)

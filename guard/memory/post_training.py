@@ -28,8 +28,9 @@ def phases(setup: TrainingJob, inv, states, stash: float, loss_stage: bool) -> d
 
 def reference_bytes(setup: TrainingJob, inv, states) -> int:
     """The reference model's weights on this rank: a whole copy in the engine's dtype (or, without DeepSpeed, the
-    dtype the policy was loaded in), or under ZeRO-3 the same partition the policy's weights have."""
-    if setup.post_training.reference == "sharded":
+    dtype the policy was loaded in), or under ZeRO-3 the same partition the policy's weights have. The job's own
+    ZeRO stage decides, so a planned change of stage moves the reference with it."""
+    if not setup.hf_ddp and setup.zero_stage == 3:
         return round(states.params)
     dtype = setup.params_dtype if not setup.hf_ddp else (setup.weights_dtype or setup.params_dtype)
     return inv.total * DTYPE_BYTES[dtype]

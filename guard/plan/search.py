@@ -17,7 +17,7 @@ from guard.job.stages import LayoutError
 from guard.job.training_job import TrainingJob
 from guard.memory.catalog import Gpu
 from guard.memory.estimate import Estimate, estimate, estimate_stage
-from guard.plan import space
+from guard.plan import engine_share, space
 from guard.plan.hardware import Hardware, hardware
 from guard.plan.rewrite import Written
 from guard.plan.sensitivity import close_calls
@@ -81,7 +81,16 @@ def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify:
         searched += _search_structure(job, hw, capacity - engine, layout, extra, feasible, current, allowed)
         if progress:
             progress(done + 1, len(structures))
-    feasible.sort(key=lambda c: c.time.seconds)
+    lowered = engine_share.lowered(job, gpu) if not feasible else None
+    if lowered is not None:  # no layout fits beside the written share: search beside the engine's least
+        low_job, least = lowered
+        for layout, extra in structures:
+            searched += _search_structure(low_job, hw, capacity - round(least * gpu.memory_bytes), layout, extra,
+                                          feasible, current, allowed)
+        for cand in feasible:  # each layout's engine at the most its training peak leaves
+            share = min(post.vllm_share, engine_share.largest(cand.quick_peak, capacity, gpu))
+            cand.job = engine_share.with_share(cand.job, share)
+    feasible.sort(key=lambda c: (-c.job.post_training.vllm_share, c.time.seconds) if lowered else c.time.seconds)
     result = Plan(hw, capacity, _current(job, hw, gpu, capacity, verify), [], feasible, searched)
     for tried, cand in enumerate(feasible):
         if len(result.candidates) >= top or tried >= MAX_CONFIRMATIONS:
@@ -92,7 +101,8 @@ def plan(job: TrainingJob, gpu: Gpu, *, top: int = 5, headroom: int = 0, verify:
             continue
         cand.time = replayed(cand.job, cand.time)
         result.candidates.append(cand)
-    result.candidates.sort(key=lambda c: c.time.seconds)
+    result.candidates.sort(key=lambda c: (-c.job.post_training.vllm_share, c.time.seconds) if lowered
+                           else c.time.seconds)
     result.close_calls = close_calls(hw, result.candidates)
     return result
 

@@ -20,6 +20,7 @@ from guard.plan.hardware import Hardware
 from guard.plan.layer_time import BACKWARD_MEMORY, LayerTime, layer_time
 from guard.plan.model_flops import step_model_flops
 from guard.plan.pipeline_sim import simulate
+from guard.plan.post_training_time import post_training_time
 
 
 @dataclass
@@ -52,6 +53,14 @@ class StepTime:
 
 
 def step_time(job: TrainingJob, hw: Hardware) -> StepTime:
+    """One training step; a preference trainer's (guard/job/post_training.py) with its rows and its reference's
+    forward (post_training_time)."""
+    if job.post_training is not None:
+        return post_training_time(job, hw, _training_step)
+    return _training_step(job, hw)
+
+
+def _training_step(job: TrainingJob, hw: Hardware) -> StepTime:
     layers: dict[bool, LayerTime] = {}  # dense / MoE: every layer of a kind costs the same
 
     def cost(index: int) -> LayerTime:

@@ -47,6 +47,7 @@ def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
     current = result.current
     out.write(_row(result, current, "you") + "\n")
     out.write(f"\nyour layout: {current.reason or 'fits'}\n")
+    _engine_share(out, result)
     if job.arch.num_experts:
         share = job.step.moe_imbalance
         out.write("MoE routing priced " + ("balanced (stated: --moe-imbalance X prices a busiest expert-parallel rank "
@@ -87,6 +88,20 @@ def write(result: Plan, out: TextIO, *, explain: bool = False) -> None:
         out.write(f"\nleft out after the full check, {len(cands)} faster layout{'s' if len(cands) > 1 else ''} "
                   f"(the first: TP {lay.tp} PP {lay.pp} VPP {lay.vpp} CP {lay.cp}, micro-batch "
                   f"{cands[0].knobs.micro_batch}):\n  {why}\n")
+
+
+def _engine_share(out: TextIO, result: Plan) -> None:
+    """A colocated vLLM whose share the planner lowered (plan/engine_share.py): by how much, for each shown."""
+    written = result.current.job.post_training
+    if written is None or written.vllm_share is None:
+        return
+    lowered = [(n, c.job.post_training.vllm_share) for n, c in enumerate(result.candidates, 1)
+               if c.job.post_training.vllm_share != written.vllm_share]
+    if lowered:
+        out.write(f"colocated vLLM: no layout fits beside vllm_gpu_memory_utilization {written.vllm_share:g}; "
+                  + ", ".join(f"#{n} at {share:g}" for n, share in lowered)
+                  + " (the engine's weights and KV cache must fit in it; or vllm_enable_sleep_mode, or vllm_mode "
+                    "server on other GPUs)\n")
 
 
 def _changes(out: TextIO, n: int, cand: Candidate) -> None:

@@ -96,7 +96,7 @@ def _reference(ctx: FineTuneCheck, worst, usable: int, gpu, named: str, estimate
         return False
     fixes = []
     if not job.hf_ddp and job.zero_stage < 3:
-        sharded = replace(job, zero_stage=3, post_training=replace(post, reference="sharded"))
+        sharded = replace(job, zero_stage=3)  # the reference's engine follows the stage (memory/post_training.py)
         fixes.append(("ZeRO-3 (the reference sharded like the policy)", estimate(sharded, gpu)))
     if post.method in ("dpo", "kto"):
         precomputed = replace(job, post_training=replace(post, reference="precomputed"))
