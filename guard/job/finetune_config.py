@@ -15,6 +15,14 @@ TRUE = {"true", "1", "yes", "on"}
 
 OFF = (None, False, "", [], {}, "none")  # a trainer option written but switched off
 
+
+def as_int(value) -> int | None:
+    """A value as argparse's type=int reads it (a command line gives text); None when it is not one."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
 @dataclass(frozen=True)
 class Where:
     """Where one value is written: a key of the config file, or a flag (or `key=value`) on a command line."""

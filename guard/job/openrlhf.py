@@ -10,6 +10,8 @@ another engine of get_eval_ds_config: ZeRO-3 when training at stage 3, else stag
 
 from __future__ import annotations
 
+from guard.job.finetune_config import as_int
+
 # openrlhf.cli.<module> -> the method guard prices (None: named, not priced)
 MODULES = {"train_sft": "sft", "train_dpo": "dpo", "train_kto": "kto", "train_vl_dpo": "dpo",
            "train_rm": None, "train_prm": None, "train_kd": None, "train_ppo": None, "train_ppo_ray": None,
@@ -28,17 +30,10 @@ def module_of(program: str) -> str | None:
     return parts[2] if len(parts) == 3 and parts[:2] == ["openrlhf", "cli"] else None
 
 
-def _int(value) -> int | None:
-    """A flag's value as argparse's type=int reads it (a command line gives text)."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
 
 def deepspeed_config(ft) -> dict:
     """The DeepSpeed config get_ds_train_config builds from the flags of `ft` (an OPENRLHF FineTuneConfig)."""
-    stage = _int(ft.get("zero_stage"))
+    stage = as_int(ft.get("zero_stage"))
     zero = {"stage": stage, "offload_param": {"device": "none"},
             "offload_optimizer": {"device": "cpu" if ft.flag("adam_offload") else "none", "pin_memory": True}}
     if ft.flag("overlap_comm"):
@@ -53,7 +48,7 @@ def deepspeed_config(ft) -> dict:
 
 def gradient_accumulation(ft, world: int | None) -> int | None:
     """train_batch_size / (micro-batch x processes), as DeepSpeed derives it; None without a world."""
-    micro, batch = _int(ft.get("micro_batch")), _int(ft.get("global_batch"))
+    micro, batch = as_int(ft.get("micro_batch")), as_int(ft.get("global_batch"))
     if not world or not micro or not batch:
         return None
     return max(1, batch // (micro * world))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from guard.job.finetune_config import as_int
+
 # each method's reference and rows (the trainers above); ORPO, CPO and SimPO hold no reference
 HOLDS_REFERENCE = {"dpo": True, "kto": True, "grpo": "beta", "rloo": "beta", "orpo": False, "cpo": False,
                    "simpo": False, "sft": False, "reward": False}
@@ -57,21 +59,15 @@ class PostTraining:
         return round(self.vllm_share * gpu_total) if self.vllm_share is not None else 0
 
 
-def _count(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
 
 def generation_batch(ft, micro_batch: int, world: int) -> tuple[int, str]:
     """(completions per generation over all ranks, how it is made) as GRPOConfig.__post_init__ makes it:
     generation_batch_size when written, else per_device_train_batch_size x processes x steps_per_generation, whose
     default is gradient_accumulation_steps."""
-    written = _count(ft.get("generation_batch"))
+    written = as_int(ft.get("generation_batch"))
     if written is not None:
         return written, f"generation_batch_size {written}"
-    steps = _count(ft.get("steps_per_generation")) or _count(ft.get("grad_accum")) or 1
+    steps = as_int(ft.get("steps_per_generation")) or as_int(ft.get("grad_accum")) or 1
     batch = micro_batch * world * steps
     return batch, (f"per_device_train_batch_size {micro_batch} x {world} processes x {steps} steps per generation "
                    f"= {batch}")

@@ -3,6 +3,8 @@ the trainer little of its GPU (TRL f2cd5771 trainer/grpo_config.py GRPOConfig.__
 
 from __future__ import annotations
 
+from guard.job.finetune_config import as_int
+
 from guard.job.post_training import generation_batch
 from guard.rules.finetune_context import FineTuneCheck
 from guard.rules.registry import check, rule
@@ -49,19 +51,13 @@ SERVER_SHARE = rule(
 )
 
 
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
 
 @check(GENERATION_GROUPS, TOO_FEW_GENERATIONS, SERVER_SHARE, target="finetune")
 def grpo_config(ctx: FineTuneCheck) -> None:
     ft = ctx.ft
     if ft.dialect.name != "trl" or str(ft.get("rl_method")) not in ("grpo", "rloo"):
         return
-    generations = _int(ft.get("num_generations"))
+    generations = as_int(ft.get("num_generations"))
     if ft.get("rl_method") == "grpo" and generations is not None and generations < 2:
         ctx.report(TOO_FEW_GENERATIONS, "num_generations", f"num_generations {generations}: GRPO raises 'GRPO "
                    "requires at least 2 generations per prompt to calculate the advantages'",
@@ -77,12 +73,12 @@ def grpo_config(ctx: FineTuneCheck) -> None:
 def _groups(ctx: FineTuneCheck, generations: int | None) -> None:
     """GRPOConfig's generation batch (post_training.generation_batch), and its two divisibility refusals."""
     ft, world = ctx.ft, ctx.job.layout.world
-    per_device = _int(ft.get("micro_batch"))
+    per_device = as_int(ft.get("micro_batch"))
     if not generations or not per_device or not world:
         return
     batch, how = generation_batch(ft, per_device, world)
     global_batch = per_device * world
-    if _int(ft.get("generation_batch")) is not None and batch % global_batch:
+    if as_int(ft.get("generation_batch")) is not None and batch % global_batch:
         ctx.report(GENERATION_GROUPS, "generation_batch", f"generation_batch_size {batch} is not divisible by "
                    f"the global batch {per_device} x {world} = {global_batch}: GRPOConfig raises "
                    "'generation_batch_size must be divisible by the global batch size'",
