@@ -39,15 +39,25 @@ def _guard(dtype_flag: str) -> tuple[float, float]:
     return loss_bytes(job)
 
 
-@pytest.mark.parametrize(("name", "flag", "given"), [("bf16", "--bf16", 2), ("fp32", "", 4)])
+@pytest.mark.parametrize(("name", "flag", "given"), [("bf16", "--bf16", 2), ("fp32", "", 4),
+                                                    ("fused_bf16", "--bf16 --cross-entropy-loss-fusion", 2)])
 def test_the_loss_peak_and_what_it_keeps_are_megatron_cores(measured, name, flag, given):
     logits = measured["logits"]
     kept, transient = (b / logits for b in _guard(flag))
     run = {k: v / logits for k, v in measured[name].items()}
     # alive at the peak: the logits given (`given` bytes each) and what the loss allocated on top
     assert kept + transient == pytest.approx(given + run["forward_peak"], abs=NOISE)
-    # kept: the fp32 softmax; a copy for 16-bit logits, the given tensor itself for fp32 ones
+    # kept: the fp32 softmax; a copy for 16-bit logits, the given tensor itself for fp32 ones; the native fusion
+    # (--cross-entropy-loss-fusion's default impl) keeps the same
     assert kept == pytest.approx(run["kept_for_backward"] + (given if name == "fp32" else 0), abs=NOISE)
     # the backward starts from what was kept and adds the gradient's copies: no higher than the forward's peak
     held = run["kept_for_backward"] + (given if name == "fp32" else 0)
     assert held + run["backward_peak"] <= given + run["forward_peak"] + NOISE
+
+
+def test_only_transformer_engines_fused_loss_keeps_16_bit_logits_alone():
+    """TE's parallel_cross_entropy writes the gradient into its 16-bit input and saves that (transformer_engine
+    pytorch/cross_entropy.py): 2 bytes a logit kept, nothing more at the loss."""
+    kept, transient = _guard("--bf16 --cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
+    logits = 256 * 2 * 4096
+    assert (kept, transient) == (2 * logits, 0.0)

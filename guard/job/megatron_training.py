@@ -96,8 +96,16 @@ def _kernels(fv: FlagValues) -> None:
     if backend in ("unfused", "local") or (impl == "local" and not flash) or \
             (cmd.flavour == "megatron-deepspeed" and not flash):
         job.attention = "unfused"
-    job.fused_cross_entropy = fv.on("cross_entropy_loss_fusion")
+    # --cross-entropy-loss-fusion keeps 16-bit logits only with Transformer Engine's kernel (its triton
+    # cross_entropy_forward writes the gradient into the input and saves that); the default native fusion
+    # (fusions/fused_cross_entropy.py) takes `.float()` and saves the fp32 softmax as the unfused loss does, only
+    # its gradient leaves in bf16 (tests/test_fidelity_loss.py measures both on CPU)
+    job.fused_cross_entropy = fv.on("cross_entropy_loss_fusion") and \
+        enum_name(fv.value("cross_entropy_fusion_impl"), "native") == "te"
     job.mtp_layers = fv.int("mtp_num_layers", field="mtp_layers") or 0
+    if fv.on("defer_embedding_wgrad_compute"):  # layers.py: every microbatch unless --wgrad-deferral-limit caps it
+        job.wgrad_deferral_limit = fv.int("wgrad_deferral_limit") or 0
+        job.origins["deferred_wgrad"] = fv.origin("defer_embedding_wgrad_compute")
     # which GEMMs run where: Transformer Engine's linears keep their own cuBLAS workspace (workspaces.py)
     job.linear_impl = "transformer_engine" if impl in ("transformer_engine", "inference_optimized") else "megatron"
     # megatron's own attention (fusions/fused_softmax.py FusedScaleMaskSoftmax): without the fused kernel the

@@ -87,9 +87,12 @@ class TrainingJob:
     # LayerNorm keeps its statistics in the activation dtype, RMSNorm runs composite and keeps fp32 copies)
     norm_kernel: str = "fused"
     rope_kernel: str = "fused"  # fused (no per-layer copies) | unfused (cos and sin cast copies for Q and for K)
-    fused_cross_entropy: bool = False
+    fused_cross_entropy: bool = False  # Transformer Engine's fused loss: the 16-bit logits kept, no fp32 copy
     # TRL's fused LM head (memory/chunked_head.py): the tokens each row scores through it; 0: whole logits
     scored_tokens: int = 0
+    # Megatron --defer-embedding-wgrad-compute: the last stage keeps the output layer's input and logits gradient
+    # of up to --wgrad-deferral-limit microbatches (0: all) until the pipeline flush; None: not deferred
+    wgrad_deferral_limit: int | None = None
     mtp_layers: int = 0  # Megatron --mtp-num-layers (multi-token prediction on the loss stage)
     linear_impl: str = "torch"  # torch (nn.Linear) | megatron (its tensor_parallel layers) | transformer_engine
     moe_dispatcher: str = "allgather"  # Megatron --moe-token-dispatcher-type
@@ -125,6 +128,14 @@ class TrainingJob:
     def rows(self) -> int:
         """Rows through one forward: the micro-batch, twice it where chosen and rejected go together (DPO)."""
         return self.micro_batch * (self.post_training.rows if self.post_training else 1)
+
+    @property
+    def deferred_wgrad(self) -> int:
+        """Microbatches whose output-layer wgrad waits for the flush (tensor_parallel/layers.py)."""
+        if self.wgrad_deferral_limit is None:
+            return 0
+        limit = self.wgrad_deferral_limit
+        return min(limit, self.num_microbatches) if limit > 0 else self.num_microbatches
 
     def mtp_in(self, chunk: Chunk) -> int:
         """MTP layers a chunk holds: where the layout string puts 'm', else with the loss (megatron-core)."""

@@ -232,7 +232,8 @@ def loss_bytes(setup: TrainingJob) -> tuple[float, float]:
     megatron-core's vocab-parallel cross entropy (tensor_parallel/cross_entropy.py, calculate_logits_max)
     takes `logits.float()` and computes the softmax in place in it, saving it for backward: 16-bit logits
     leave an fp32 copy kept and are themselves alive only until the loss returns; fp32 logits are modified
-    in place, so nothing more is allocated (tests/test_fidelity_loss.py measures both on CPU).
+    in place, so nothing more is allocated. Its native fusion does the same (tests/test_fidelity_loss.py
+    measures all three on CPU); Transformer Engine's fused loss keeps the 16-bit logits alone.
     Eager transformers keep the 16-bit logits they return beside the fp32 log-softmax, and the fp32 copy
     it is computed from lives while it is.
     """
@@ -243,6 +244,24 @@ def loss_bytes(setup: TrainingJob) -> tuple[float, float]:
     if setup.eager:  # transformers keep the returned logits; their loss upcasts a copy for log_softmax
         return 4 * rows + act * rows, 4 * rows
     return 4 * rows, (act * rows if act != 4 else 0.0)
+
+
+def deferred_wgrad_bytes(setup: TrainingJob) -> float:
+    """--defer-embedding-wgrad-compute, on the loss stage: the output layer skips its weight gradient and keeps, for
+    each deferred microbatch, its input (appended in forward to embedding_activation_buffer, [s / t with SP, b, h])
+    and its grad_output (appended in backward to grad_output_buffer: the logits gradient [s, b, V / t] in the
+    activation dtype) until finish_embedding_wgrad_compute drains them after the flush
+    (tensor_parallel/layers.py, pipeline_parallel/schedules.py). By the last one's backward all n gradients are
+    held, and n - 1 inputs beyond the one its own stash keeps."""
+    n = setup.deferred_wgrad
+    if not n:
+        return 0.0
+    act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
+    tokens = setup.seq_length / setup.layout.seq_shards * setup.rows
+    t = setup.layout.tp or 1
+    grad = act * tokens * setup.vocab / t
+    kept_input = act * tokens * setup.arch.hidden / (t if setup.layout.sequence_parallel else 1)
+    return n * grad + (n - 1) * kept_input
 
 
 def mtp_bytes(setup: TrainingJob) -> float:

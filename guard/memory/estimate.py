@@ -132,6 +132,8 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     sizes, with_embedding, with_edges, working = _chunk_sizes(setup, chunks, logits_stored)
     stash, stash_all, stash_edges, inflight, pipe_buffers = _stash(setup, r, sizes, with_embedding, with_edges)
+    # the output layer's deferred weight-gradient inputs wait for the flush beside the loss edge
+    stash_edges += acts.deferred_wgrad_bytes(setup) if any(c.loss for c in chunks) else 0.0
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
     grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
@@ -233,7 +235,7 @@ def _explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float], inf
     if logits_stored:
         explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.layout.seq_shards} x {setup.micro_batch} x "
                        f"{setup.vocab} / {setup.layout.tp}; kept {logits_stored / mib:,.1f} MiB "
-                       f"({'16-bit, fused loss' if setup.fused_cross_entropy else 'fp32 softmax for backward'}) "
+                       f"({'16-bit, Transformer Engine fused loss' if setup.fused_cross_entropy else 'fp32 softmax for backward'}) "
                        f"+ transient {logits_transient / mib:,.1f} MiB")
     if padding_params(setup, inv):
         explain.append(f"vocabulary padding: {padding_params(setup, inv):,} of the embedding parameters "

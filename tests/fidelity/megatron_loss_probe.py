@@ -1,4 +1,4 @@
-"""Run megatron-core's vocab-parallel cross entropy on CPU (one gloo rank) under torch's memory profiler: the
+"""Run megatron-core's vocab-parallel cross entropy (and its native fused one) on CPU (one gloo rank) under torch's memory profiler: the
 bytes per logit alive at the forward's peak beyond the 16-bit logits it is given, and what stays for backward.
 
     python megatron_loss_probe.py INIT_METHOD OUT.json
@@ -29,19 +29,25 @@ def main() -> None:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
+    from megatron.core.fusions.fused_cross_entropy import fused_vocab_parallel_cross_entropy
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
     dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     s, b, vocab = 256, 2, 4096
     out = {"logits": s * b * vocab}
-    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    losses = {"bf16": (torch.bfloat16, vocab_parallel_cross_entropy), "fp32": (torch.float32,
+                                                                             vocab_parallel_cross_entropy),
+              # --cross-entropy-loss-fusion with its default --cross-entropy-fusion-impl native
+              "fused_bf16": (torch.bfloat16, lambda logits, target: fused_vocab_parallel_cross_entropy(
+                  logits, target, tp_group))}
+    for name, (dtype, loss_fn) in losses.items():
         # logits from an output layer, as in GPTModel: not a leaf, so backward hands their gradient on
         hidden = torch.randn(s, b, 64, dtype=dtype, requires_grad=True)
         weight = torch.randn(vocab, 64, dtype=dtype, requires_grad=True)
         held = {"logits": torch.matmul(hidden, weight.t()), "target": torch.randint(0, vocab, (s, b))}
-        peak, end = _peak_and_end(lambda: held.update(loss=vocab_parallel_cross_entropy(held["logits"],
-                                                                                         held["target"])))
+        peak, end = _peak_and_end(lambda: held.update(loss=loss_fn(held["logits"], held["target"])))
         del held["logits"]  # GPTModel drops its reference once the loss is computed
         back_peak, _ = _peak_and_end(lambda: held["loss"].sum().backward())
         # the output layer's own gradients (its input's and its weight's) are priced elsewhere (grads, transients)
