@@ -1,11 +1,16 @@
-"""Training settings of a Megatron command: precision, optimizer, recompute, kernels, DeepSpeed, what is unmodelled."""
+"""Training settings of a Megatron command: precision, optimizer, recompute, kernels, DeepSpeed, a distillation
+teacher, what is unmodelled."""
 
 from __future__ import annotations
 
+from guard.inputs import find_near
+from guard.job import distillation
 from guard.job.accounting import account_flags, account_keys
 from guard.job.flag_values import FlagValues, enum_name
 from guard.job.megatron_program import read_program
 from guard.job.origin import Origin
+from guard.sources.document import SourceError
+from guard.sources.loader import load_document
 
 
 def read_training(fv: FlagValues) -> None:
@@ -16,7 +21,31 @@ def read_training(fv: FlagValues) -> None:
     _step(fv)
     if fv.job.framework == "megatron-deepspeed":
         _deepspeed(fv)
+    _teacher(fv)
     _unmodelled(fv)
+
+
+def _teacher(fv: FlagValues) -> None:
+    """--export-kd-teacher-load: the teacher the student carries (guard/job/distillation.py), from the YAML Megatron
+    reads it from when that file is here, else priced as the student's own architecture and said so."""
+    job = fv.job
+    load = fv.value("export_kd_teacher_load")
+    if not isinstance(load, str) or not load or job.arch is None:
+        return
+    path = distillation.teacher_config_path(load, fv.value("export_kd_teacher_model_config"))
+    found = find_near(path, fv.cmd.path) if path else None
+    config = None
+    if found:
+        try:
+            config = load_document(found).data
+        except SourceError as err:
+            job.notes.append(f"distillation: the teacher's config {found} cannot be read ({err})")
+    job.teacher = distillation.teacher_architecture(job.arch, config if isinstance(config, dict) else None)
+    job.origins["teacher"] = fv.origin("export_kd_teacher_load")
+    source = f"from {found}" if config else "its model_config.yaml is not here: priced as the student's architecture"
+    job.notes.append(f"distillation: the teacher's weights ({source}) in the compute dtype on every rank, and its "
+                     "logits kept for the KD loss; the KD loss's own working set (modelopt's LogitsKLLoss, version "
+                     "dependent) is not priced")
 
 
 def _precision(fv: FlagValues) -> None:

@@ -63,6 +63,7 @@ class TrainingJob:
     ds_pipeline: bool = False  # DeepSpeed's pipeline engine schedule
     frozen: tuple[str, ...] = ()  # parts whose weights get no gradient or optimizer state ("language model", ...)
     adapter: Adapter | None = None  # LoRA/QLoRA: only the adapter trains; the base is frozen (maybe quantized)
+    teacher: Architecture | None = None  # Megatron distillation: the teacher the student carries (distillation.py)
     post_training: PostTraining | None = None  # TRL DPO/KTO/GRPO/RLOO: reference model, paired rows, vLLM share
     hf_ddp: bool = False  # the HF Trainer without DeepSpeed: torch DDP over every rank, no ZeRO
     # hf_ddp, full fine-tuning: the dtype the weights are kept in (their gradients and torch AdamW's moments follow

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from guard.job.adapter import trainable_count
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import activations as acts
-from guard.memory import megatron_fsdp, overheads, post_training, quantized, save_host, schedule
+from guard.memory import megatron_fsdp, overheads, post_training, quantized, save_host, schedule, teacher
 from guard.memory.catalog import Gpu
 from guard.memory.params import (
     REPLICATED,
@@ -22,8 +22,9 @@ from guard.units import GIB, MIB
 
 COMPONENTS = ("params", "grads", "optimizer", "activations", "embedding_activations", "logits", "buffers",
               "transient", "runtime")
-# what a preference or RL trainer adds, present only in its estimates (guard/job/post_training.py)
-EXTRA_COMPONENTS = ("reference", "vllm_engine", "generation")
+# what a preference or RL trainer (guard/job/post_training.py) or a distillation teacher adds, present only in
+# their estimates
+EXTRA_COMPONENTS = ("reference", "vllm_engine", "generation", "teacher")
 
 
 @dataclass
@@ -132,8 +133,11 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     sizes, with_embedding, with_edges, working = _chunk_sizes(setup, chunks, logits_stored)
     stash, stash_all, stash_edges, inflight, pipe_buffers = _stash(setup, r, sizes, with_embedding, with_edges)
-    # the output layer's deferred weight-gradient inputs wait for the flush beside the loss edge
-    stash_edges += acts.deferred_wgrad_bytes(setup) if any(c.loss for c in chunks) else 0.0
+    # the output layer's deferred weight-gradient inputs wait for the flush beside the loss edge, and a
+    # distillation teacher's logits for the KD loss, for each microbatch the loss stage holds
+    if any(c.loss for c in chunks):
+        stash_edges += acts.deferred_wgrad_bytes(setup)
+        stash_edges += teacher.teacher_logits(setup) * inflight if setup.teacher is not None else 0.0
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
     grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
@@ -167,6 +171,8 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         "logits": 0 if in_step else round(stash_edges - stash_all),
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
+    if setup.teacher is not None:
+        components["teacher"] = teacher.teacher_weights(setup, r)
     if setup.post_training is not None:
         components.update(_post_training_terms(setup, inv, states, extra[phase][1] if phase == "generation" else 0))
     stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,

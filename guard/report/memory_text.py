@@ -12,7 +12,7 @@ COLUMNS = (("params", "params"), ("grads", "grads"), ("optimizer", "optim"), ("a
            ("embedding_activations", "emb"), ("logits", "logits"), ("buffers", "buffers"),
            ("transient", "transient"), ("runtime", "runtime"))
 # a column for each model or engine a preference or RL trainer adds, where the estimate has one
-EXTRA_COLUMNS = (("reference", "ref model"), ("vllm_engine", "vLLM"), ("generation", "gen KV"))
+EXTRA_COLUMNS = (("reference", "ref model"), ("vllm_engine", "vLLM"), ("generation", "gen KV"), ("teacher", "teacher"))
 
 
 def columns(est: Estimate) -> tuple[tuple[str, str], ...]:
