@@ -70,7 +70,7 @@ zero_optimization.sub_group_size zero_optimization.contiguous_gradients zero_opt
 zero_optimization.reduce_scatter zero_optimization.allgather_partitions zero_optimization.round_robin_gradients
 zero_optimization.use_multi_rank_bucket_allreduce optimizer.type optimizer.params.torch_adam
 optimizer.params.momentum activation_checkpointing.partition_activations activation_checkpointing.cpu_checkpointing
-data_types.grad_accum_dtype tensor_parallel.autotp_size zero_optimization.elastic_checkpoint
+data_types.grad_accum_dtype tensor_parallel.autotp_size zero_optimization.elastic_checkpoint sequence_parallel_size
 """.split())
 
 

@@ -1,6 +1,9 @@
 """guard's ZeRO model states, component by component and rank by rank, against DeepSpeed run on 1, 2 and 4 CPU
 ranks (tests/fidelity/deepspeed_zero.py): stages 0-3 x bf16/fp32 x optimizer offload none/cpu, to the byte; on 2
-ranks, stages 1-2 under the zero_optimization keys that change the gradient path."""
+ranks, stages 1-2 under the zero_optimization keys that change the gradient path; on 4 ranks, stages 1-3 under
+Ulysses (DeepSpeed's device mesh, DP 2 x SP 2): ZeRO-1/2 partition over DP alone, ZeRO-3 over all 4 ranks, and
+ZeRO-3's reduce bucket is fp32 (seq_parallel_communication_data_type). States split over DP alone at stage 3, or
+over DP x SP at stages 1-2, fail here."""
 
 from __future__ import annotations
 

@@ -108,8 +108,14 @@ def read_deepspeed(config: dict, label: str, arch: Architecture | None, world: W
     job.missing with the reason, and the rules judge the rest."""
     tensor_parallel = config.get("tensor_parallel")
     autotp = tensor_parallel.get("autotp_size", 1) if isinstance(tensor_parallel, dict) else 1
+    # Ulysses sequence parallelism: each sequence is split over `sequence_parallel_size` ranks. With
+    # data_parallel_size beside it DeepSpeed builds its device mesh and ZeRO-1/2 partition over its DP axis alone; alone,
+    # it is an mpu's (ALST through accelerate) and ZeRO partitions over DP x SP (layout.zero_shards)
+    sp = config.get("sequence_parallel_size", 1)
+    sp = sp if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 else 1
     layout = ParallelLayout(world=world.size, gpus_per_node=world.gpus_per_node,
-                            tp=autotp if isinstance(autotp, int) and autotp > 0 else 1)
+                            tp=autotp if isinstance(autotp, int) and autotp > 0 else 1, ulysses=sp,
+                            ulysses_in_zero="data_parallel_size" not in config)
     job = TrainingJob(arch=arch, framework="deepspeed", layout=layout, eager=True)
     if arch is None:
         job.missing["model"] = "a DeepSpeed config does not describe the model: give --hf-config or --model"
@@ -117,6 +123,8 @@ def read_deepspeed(config: dict, label: str, arch: Architecture | None, world: W
     job.origins["command"] = origin or Origin("key", "the DeepSpeed config", label)
     if autotp != 1:
         job.origins["layout.tp"] = key_origin(label, locate, "tensor_parallel", "autotp_size")
+    if sp > 1:
+        job.origins["layout.ulysses"] = key_origin(label, locate, "sequence_parallel_size")
     _batch(job, config, label, micro_batch, locate)
     if seq_length:
         job.seq_length = seq_length
@@ -125,6 +133,10 @@ def read_deepspeed(config: dict, label: str, arch: Architecture | None, world: W
         job.missing["seq_length"] = f"{label}: the sequence length is not in a DeepSpeed config: give --seq-length S"
     apply_config(job, config, label, precision, locate)
     account_keys(job, config, label, locate)
+    if sp > 1 and job.zero_stage in (1, 2) and job.params_dtype != "fp32":  # stage_1_and_2.py: tensor.to(comm dtype)
+        job.add_unmodelled("Ulysses: the fp32 copy of each reduce bucket as ZeRO-1/2 reduces it "
+                           "(seq_parallel_communication_data_type)", "sequence_parallel_size",
+                           key_origin(label, locate, "sequence_parallel_size"))
     if gradient_checkpointing:
         job.recompute, job.recompute_method, job.recompute_num_layers = "full", "uniform", 1
         job.origins["recompute"] = Origin("cli", "--gradient-checkpointing")

@@ -35,6 +35,10 @@ class ParallelLayout:
     ep: int = 1
     etp: int | None = None  # expert tensor parallel (None: the same as TP)
     ulysses: int | None = 1
+    # ZeRO partitions over DP x Ulysses when an mpu gives DeepSpeed a sequence-data-parallel group (Megatron-DeepSpeed,
+    # ALST); DeepSpeed's own device mesh (sequence_parallel_size with data_parallel_size) has none: ZeRO-1/2 then
+    # partition over its DP axis alone, while ZeRO-3's Init, given no group, takes the whole world (zero_shards)
+    ulysses_in_zero: bool = True
     sequence_parallel: bool = False  # Megatron's SP: norms and dropouts split over TP
     # how layers split over stages (--decoder-first/last-pipeline-num-layers, accounting flags, layout string)
     first_stage_layers: int | None = None
@@ -70,11 +74,16 @@ class ParallelLayout:
         """Ranks one sequence is split over outside attention: CP x Ulysses SP."""
         return (self.cp or 1) * (self.ulysses or 1)
 
-    @property
-    def zero_shard(self) -> int | None:
-        """Ranks ZeRO partitions over: DeepSpeed uses the sequence-data-parallel group, DP x Ulysses SP
-        (deepspeed/runtime/engine.py: dp_process_group=self.seq_data_parallel_group)."""
-        return None if self.dp is None else self.dp * (self.ulysses or 1)
+    def zero_shards(self, stage: int) -> int | None:
+        """Ranks ZeRO at `stage` partitions over. DeepSpeed's engine hands ZeRO the sequence-data-parallel group
+        (runtime/engine.py: dp_process_group=self.seq_data_parallel_group): DP x Ulysses SP where an mpu provides
+        it. Without one (utils/groups.py _get_sequence_data_parallel_group falls back to the data-parallel group)
+        ZeRO-1/2 partition over DP alone, and ZeRO-3's parameters over the whole world (zero/parameter_offload.py:
+        Init(data_parallel_group=None) takes the world group). tests/test_fidelity_deepspeed_zero.py measures the
+        device mesh's on 4 CPU ranks."""
+        if self.dp is None:
+            return None
+        return self.dp * (self.ulysses or 1) if self.ulysses_in_zero or stage == 3 else self.dp
 
     @property
     def expert_tp(self) -> int | None:

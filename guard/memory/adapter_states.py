@@ -49,7 +49,7 @@ def adapter_job(setup: TrainingJob) -> tuple[TrainingJob, Inventory]:
 def frozen_bytes(setup: TrainingJob) -> dict[str, int]:
     """The frozen base's weights on one rank, by storage kind."""
     adapter, arch = setup.adapter, setup.arch
-    shards = (setup.layout.zero_shard or 1) if setup.zero_stage == 3 and not setup.hf_ddp else 1
+    shards = (setup.layout.zero_shards(setup.zero_stage) or 1) if setup.zero_stage == 3 and not setup.hf_ddp else 1
     p_b = DTYPE_BYTES[setup.params_dtype]
     linears = {f"{name}.weight": (fan_in, fan_out) for name, fan_in, fan_out in linear_modules(arch)}
     out = {"frozen base weights": 0}

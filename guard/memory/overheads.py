@@ -100,7 +100,10 @@ def buffers(setup: TrainingJob, rank_params: int, largest_layer_params: int, rep
         live = min(zero_bucket(setup, "stage3_max_live_parameters"),
                    largest_layer_params + zero_bucket(setup, "stage3_prefetch_bucket_size"))
         out["ZeRO-3 gathered parameters (live + prefetch)"] = min(live, rank_params) * p_b
-        out["ZeRO-3 reduce bucket"] = zero_bucket(setup, "reduce_bucket_size") * p_b
+        # with Ulysses the engine reduces in seq_parallel_communication_data_type (fp32 by default:
+        # runtime/engine.py), and ZeRO-3's reduce bucket is allocated in it (zero/stage3.py ipg bucket)
+        comm_b = 4 if (setup.layout.ulysses or 1) > 1 else p_b
+        out["ZeRO-3 reduce bucket"] = zero_bucket(setup, "reduce_bucket_size") * comm_b
         out["ZeRO-3 persistent small parameters"] = replicated_params * p_b
     return out, step
 

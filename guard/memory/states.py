@@ -99,7 +99,7 @@ def zero_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) 
       stage 1 without overlap_comm holds every gradient until the post-backward reduce (`reduce_terms`).
     - Stage 3 copies its gradient partition to fp32 for the step, whatever the model's dtype.
     """
-    psi, n, stage = inv.total, setup.layout.zero_shard or 1, setup.zero_stage
+    psi, n, stage = inv.total, setup.layout.zero_shards(setup.zero_stage) or 1, setup.zero_stage
     p_b = DTYPE_BYTES[setup.params_dtype]
     groups = zero_paths.ordered_groups(setup, setup.param_groups, n)  # round_robin_gradients reorders
     layout = layout_for(groups, psi, n, stage)
@@ -142,7 +142,7 @@ def zero_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None) 
 def _zero_terms(setup: TrainingJob, out: States, psi: int, groups: list[list[int]] | None, layout: ZeroLayout,
                 dp_rank: int | None) -> int:
     """Fill the device terms and the step's copies; returns the elements of the step's largest copy."""
-    stage, n, low = setup.zero_stage, setup.layout.zero_shard or 1, setup.params_dtype != "fp32"
+    stage, n, low = setup.zero_stage, setup.layout.zero_shards(setup.zero_stage) or 1, setup.params_dtype != "fp32"
     p_b, moments, part = DTYPE_BYTES[setup.params_dtype], moment_bytes(setup), layout.partition
     if stage == 0:
         out.terms = {"parameters": psi * p_b, "gradients": psi * p_b, "fp32 master weights": psi * 4 if low else 0,

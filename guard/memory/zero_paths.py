@@ -155,7 +155,7 @@ def reduce_terms(job: TrainingJob, psi: int, grad_bytes: int, bucket: float, lar
     if path.holds_every_gradient:  # less what bucket_terms already prices as gradients waiting to be reduced
         beside = sum(v for k, v in bucket_terms(job, bucket, largest, grad_bytes).items() if k in WAITING)
         return {"every parameter's gradient, until the post-backward reduce": int(psi * grad_bytes - beside)}
-    dp = job.layout.zero_shard or 1
+    dp = job.layout.zero_shards(job.zero_stage) or 1
     if not groups or dp == 1:
         return {}
     ranks = range(dp) if rank is None else [rank]

@@ -44,6 +44,10 @@ PATH_CASES = {
     "round_robin_gradients": ({"round_robin_gradients": True}, ("bf16",), ("none",)),
 }
 PATH_WORLD = 2
+# Ulysses: DeepSpeed's device mesh of DP 2 x SP 2 on 4 ranks; ZeRO partitions over the sequence-data-parallel group
+# (all 4), not DP alone. Run last: the mesh is process-global once made.
+ULYSSES = {"sequence_parallel_size": 2, "data_parallel_size": 2}
+ULYSSES_WORLD = 4
 
 
 class AtMost(Row):
@@ -81,6 +85,11 @@ def cases(world: int) -> dict[str, dict]:
                 for dtype in dtypes:
                     out[f"zero{stage}-{dtype}-offload_{offload}-{name}"] = dict(
                         stage=stage, dtype=dtype, offload=offload, micro_batch=MICRO_BATCH, zero_keys=keys, **BUCKETS)
+    if world == ULYSSES_WORLD:
+        for stage in (1, 2, 3):
+            out[f"zero{stage}-bf16-offload_none-ulysses_sp2"] = dict(stage=stage, dtype="bf16", offload="none",
+                                                                     micro_batch=MICRO_BATCH, ds_extra=ULYSSES,
+                                                                     **BUCKETS)
     return out
 
 
@@ -100,7 +109,7 @@ def ds_config(case: dict) -> dict:
         zero["offload_optimizer"] = {"device": case["offload"]}
     zero.update(case.get("zero_keys", {}))
     return {"train_micro_batch_size_per_gpu": case["micro_batch"], "zero_optimization": zero,
-            "bf16": {"enabled": case["dtype"] == "bf16"}}
+            "bf16": {"enabled": case["dtype"] == "bf16"}, **case.get("ds_extra", {})}
 
 
 def non_scalar_bytes(moment: dict, component: str) -> int:
@@ -117,7 +126,9 @@ def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> l
     arch = from_dict(MODEL, "gpt2-tiny")
     setup = read_deepspeed(ds_config(case), "probe", arch, World(world, Origin("cli", "probe"), gpus_per_node=world),
                            seq_length=SEQ, micro_batch=MICRO_BATCH)
-    states = zero_states(setup, rank_inventory(setup, setup.chunks[0]), dp_rank=rank)
+    # the mesh is (data_parallel, sequence_parallel): a rank's ZeRO partition is its data-parallel index
+    sp = case.get("ds_extra", {}).get("sequence_parallel_size", 1)
+    states = zero_states(setup, rank_inventory(setup, setup.chunks[0]), dp_rank=rank // sp)
     buffers = estimate_stage(setup, 0).terms["buffers"]
     device, host, step = states.terms, states.host_terms, states.step_terms
     label = f"{world} rank{'s' if world > 1 else ''} / rank {rank} / {case_name}"
@@ -125,6 +136,8 @@ def rows_for(case_name: str, case: dict, world: int, rank: int, seen: dict) -> l
     ab = seen["after_backward"]
     batch = MICRO_BATCH * SEQ * 8  # the int64 token ids the step was fed
     other = non_scalar_bytes(ab, "other") - batch
+    if sp > 1:  # the device mesh's rank grid, an int32 tensor torch keeps on the host (distributed/device_mesh.py)
+        other -= 4 * world
     # buffers alive at the end of backward: stage 3's reduce bucket, and the offload staging buffers
     # (stage 1-2's reduce bucket lives only during the backward, so it is not in this comparison)
     named = {k: v for k, v in buffers.items() if k in ("ZeRO-3 reduce bucket", "offload gradient staging "

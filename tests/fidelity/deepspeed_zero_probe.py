@@ -235,7 +235,7 @@ def run_case(case: dict, model_config: dict) -> dict:
     zero.update(case.get("zero_keys", {}))  # the keys that choose the gradient path (contiguous_gradients, ...)
     config = {"train_micro_batch_size_per_gpu": case["micro_batch"], "gradient_accumulation_steps": 1,
               "zero_optimization": zero, "zero_force_ds_cpu_optimizer": False, "zero_allow_untested_optimizer": True,
-              "bf16": {"enabled": case["dtype"] == "bf16"}, "steps_per_print": 10**9}
+              "bf16": {"enabled": case["dtype"] == "bf16"}, "steps_per_print": 10**9, **case.get("ds_extra", {})}
     optimizer = torch.optim.AdamW(trainer_groups(model), lr=1e-4, foreach=False)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     basic = getattr(engine, "basic_optimizer", None) or engine.optimizer
