@@ -81,8 +81,9 @@ OPTIONS: tuple[Option, ...] = (
            "micro_batch, recompute, sharding, offload (plan: all; launch: micro_batch,recompute,sharding,offload)",
            o.knobs, "KNOBS", defaults={"launch": frozenset({"micro_batch", "recompute", "sharding", "offload"})}),
     Option(("--top",), {"plan"}, "how many layouts to show (5)", o.positive_int, "K", default=5),
-    Option(("--moe-imbalance",), {"plan"}, "MoE: the busiest expert-parallel rank's routed tokens over the balanced "
-           "share (1 = balanced, the default; its expert GEMMs, permutation and all-to-all set the layer's pace)",
+    Option(("--moe-imbalance",), {"plan", "estimate"}, "MoE, dropless routing: the busiest expert-parallel rank's "
+           "routed tokens over the balanced share (1 = balanced, the default; estimate: its expert activations, "
+           "plan: its expert GEMMs, permutation and all-to-all set the layer's pace)",
            o.at_least_one, "X", default=1.0),
     Option(("--measured",), {"plan"}, "a Megatron-LM training log of this job: its iteration time and timers "
            "against guard's prediction, term by term", metavar="LOG"),

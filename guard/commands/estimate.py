@@ -34,6 +34,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     job = subject.job
     job.require()
     job.overrides.update(dict(args.set or []))
+    job.step.moe_imbalance = args.moe_imbalance  # the stated routing of a dropless MoE (activations.py)
     result = estimate(job, gpu)
     result.refusals = [d for d in Judge(settings, memory=False).judge(subject) if d.severity.value == "error"]
     estimate_writer(args.format)(result, sys.stdout, explain=args.explain, color=sys.stdout.isatty())

@@ -148,6 +148,10 @@ def _kernels(fv: FlagValues) -> None:
         job.softmax_bytes = 4
     job.moe_dispatcher = str(fv.value("moe_token_dispatcher_type") or "allgather")
     job.moe_grouped_gemm = fv.on("moe_grouped_gemm")
+    capacity = fv.value("moe_expert_capacity_factor")
+    if isinstance(capacity, (int, float)) and not isinstance(capacity, bool) and capacity > 0:
+        job.moe_capacity_factor = float(capacity)
+        job.moe_pad_to_capacity = fv.on("moe_pad_expert_input_to_capacity")
     # experts.py / mlp.py bias_act_func: only gated SwiGLU/quick-GeGLU fuse the probability weighting
     gated = bool(job.arch and job.arch.gated_mlp)
     fusion = fv.value("bias_swiglu_fusion" if gated else "bias_gelu_fusion")

@@ -98,6 +98,8 @@ class TrainingJob:
     linear_impl: str = "torch"  # torch (nn.Linear) | megatron (its tensor_parallel layers) | transformer_engine
     moe_dispatcher: str = "allgather"  # Megatron --moe-token-dispatcher-type
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm
+    moe_capacity_factor: float | None = None  # Megatron --moe-expert-capacity-factor (None: dropless)
+    moe_pad_to_capacity: bool = False  # --moe-pad-expert-input-to-capacity: every expert gets exactly its capacity
     # experts weight their activation by the routing probabilities in one fused kernel (weighted SwiGLU/GeGLU);
     # unfused, the activation output is kept by the multiply besides the fc2 input
     moe_weighted_act_fused: bool = True

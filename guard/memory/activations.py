@@ -12,6 +12,8 @@ megatron-core 0.16.1 on CPU in tests/fidelity/megatron_activations.py (docs/fide
 
 from __future__ import annotations
 
+import math
+
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import hf_layers, offload
 from guard.memory.chunked_head import chunked_head_bytes
@@ -125,7 +127,7 @@ def _qkv_terms(setup: TrainingJob, act: int, sb: float, core_recomputed: bool) -
 
 
 def _moe_terms(setup: TrainingJob, act: int, sb: float, rep: int, glu: int, drop: set[str]) -> dict[str, float]:
-    """The router and the routed experts, megatron-core 0.16.1's unfused permute (no drop, balanced routing).
+    """The router and the routed experts, megatron-core 0.16.1's unfused permute.
 
     The experts apply the routing probabilities inside their activation (weighted SwiGLU), so unpermute
     keeps nothing; the router keeps fp32 scores for the load-balancing loss, the top-k indices and their
@@ -138,7 +140,7 @@ def _moe_terms(setup: TrainingJob, act: int, sb: float, rep: int, glu: int, drop
              "top-k indices (int64) and fp32 probabilities": (8 + 4) * tokens * k,
              "routing map (bool) and probabilities by expert": (1 + act) * tokens * e,
              "permutation indices (int64)": 8 * tokens * k}
-    dispatched = tokens * k * setup.layout.expert_tp  # dispatched tokens on this rank
+    dispatched = routed_tokens(setup, tokens) * setup.layout.expert_tp  # dispatched tokens on this rank
     ffn = arch.moe_ffn_hidden or arch.ffn_hidden
     terms["permuted tokens (expert input)"] = act * dispatched * h
     terms["permuted probabilities"] = act * dispatched
@@ -154,6 +156,21 @@ def _moe_terms(setup: TrainingJob, act: int, sb: float, rep: int, glu: int, drop
     if arch.shared_expert_ffn and "shared_experts" not in drop:
         terms.update(_mlp_terms(act, sb, arch.shared_expert_ffn, glu, setup.layout.tp, False, "shared expert"))
     return terms
+
+
+def routed_tokens(setup: TrainingJob, tokens: float) -> float:
+    """Token copies the busiest expert-parallel rank's experts receive for one microbatch, from `tokens` routed on
+    each rank. Dropless: tokens x top-k when balanced, times the stated imbalance (--moe-imbalance) with EP > 1.
+    With --moe-expert-capacity-factor C, moe_utils.py apply_router_token_dropping keeps at most
+    get_capacity(tokens x k, E, C) = ceil(tokens x k / E x C) per expert on each source rank (and never more than
+    the tokens there), so the experts of one rank receive at most E x that over the EP group; with
+    --moe-pad-expert-input-to-capacity every expert's map is the capacity mask itself: exactly that many."""
+    e, k = setup.arch.num_experts or 1, setup.arch.moe_topk
+    balanced = tokens * k
+    if setup.moe_capacity_factor is None:
+        return balanced * (setup.step.moe_imbalance if (setup.layout.ep or 1) > 1 else 1.0)
+    per_expert = min(math.ceil(balanced / e * setup.moe_capacity_factor), tokens)
+    return e * per_expert if setup.moe_pad_to_capacity else min(balanced, e * per_expert)
 
 
 def _mlp_terms(act: int, sb: float, ffn: int, glu: int, t: int, eager: bool, label: str,
