@@ -19,6 +19,7 @@ from pathlib import Path
 from guard.intake.read import read
 from guard.intake.request import Request
 from guard.memory.estimate import estimate_stage
+from guard.memory.margin import stage_margin
 from guard.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +38,9 @@ def launch_script(run: dict) -> str:
             f"pretrain_gpt.py {args}\n")
 
 
-def predict(run: dict) -> tuple[float, float]:
-    """(peak allocated, allocated after the step) of the last stage, in bytes."""
+def predict(run: dict, with_band: bool = False):
+    """(peak allocated, allocated after the step) of the last stage, in bytes; with_band: and its stated margin
+    (lower, upper or None when unbounded), on the same allocated basis (the runtime term left out)."""
     settings = Settings()
     settings.gpu = GPUS[run["gpu"]]
     with tempfile.TemporaryDirectory() as folder:
@@ -47,8 +49,13 @@ def predict(run: dict) -> tuple[float, float]:
         job = read(Request(paths=(str(script),)), settings).job.required()
     # the logging rank is last in every group: its data-parallel index is the last one
     stage = estimate_stage(job, job.layout.pp - 1, dp_rank=job.dp * job.layout.cp - 1)
-    peak = stage.peak_bytes - stage.components["runtime"]
-    return peak, sum(stage.components[c] for c in STATES)
+    runtime = stage.components["runtime"]
+    peak = stage.peak_bytes - runtime
+    if not with_band:
+        return peak, sum(stage.components[c] for c in STATES)
+    m = stage_margin(job, stage, job.chunks[job.layout.pp - 1])
+    band = (m.lower - runtime, None if m.upper is None else m.upper - runtime)
+    return peak, sum(stage.components[c] for c in STATES), band, bool(job.arch.num_experts)
 
 
 def _summary(name: str, errors: list[float]) -> str:
@@ -68,22 +75,34 @@ def main() -> None:
     if not DATA.is_file():
         sys.exit(f"{DATA} is not present")
     runs = load_runs()
-    peaks, after = [], []
+    peaks, after, bands = [], [], []
     print(f"{'case':58} {'gpu':5} {'peak GiB':>8} {'guard':>7} {'err %':>6} {'after GiB':>9} {'guard':>7} {'err %':>6}")
     for run in runs:
         try:
-            peak, states = predict(run)
+            peak, states, band, moe = predict(run, with_band=True)
         except Exception as err:  # noqa: BLE001 - a run guard cannot read is a finding of this bench
             print(f"{run['case'][:58]:58} {run['gpu']:5} not priced: {str(err)[:70]}")
             continue
         real_peak, real_after = run["mem_max_allocated_bytes_last"], run["mem_allocated_bytes_last"]
         peaks.append(peak / real_peak - 1)
+        bands.append((band, real_peak, peak, moe))
         after.append(states / real_after - 1)
         print(f"{run['case'][:58]:58} {run['gpu']:5} {real_peak / 2**30:8.2f} {peak / 2**30:7.2f} "
               f"{100 * peaks[-1]:6.1f} {real_after / 2**30:9.2f} {states / 2**30:7.2f} {100 * after[-1]:6.1f}")
     print()
     print(_summary("peak (max_memory_allocated)", peaks))
     print(_summary("after the step (memory_allocated)", after))
+    print(_band_summary(bands))
+
+
+def _band_summary(bands: list) -> str:
+    """How often the measured peak lies within the stated margin, and how wide the bounded margins are."""
+    bounded = [(lo, hi, real, peak, moe) for (lo, hi), real, peak, moe in bands if hi is not None]
+    held = sum(lo <= real <= hi for lo, hi, real, _, _ in bounded)
+    dense = [(hi - lo) / peak for lo, hi, _, peak, moe in bounded if not moe]
+    width = f", median width {100 * statistics.median(dense):.1f} % of the prediction (dense)" if dense else ""
+    return (f"stated margin: the measured peak within [lower, upper] on {held} of {len(bounded)} runs with a bounded "
+            f"upper ({len(bands) - len(bounded)} more unbounded){width}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import activations as acts
 from guard.memory import megatron_fsdp, overheads, post_training, quantized, save_host, schedule, teacher
 from guard.memory.catalog import Gpu
+from guard.memory.margin import Margin, stage_margin
 from guard.memory.params import (
     REPLICATED,
     Inventory,
@@ -42,6 +43,7 @@ class StageEstimate:
     host_bytes: int
     terms: dict[str, dict[str, float]] = field(default_factory=dict)  # component -> named parts
     explain: list[str] = field(default_factory=list)
+    margin: Margin | None = None  # the stated margin (margin.py), set by estimate()
 
     @property
     def peak_bytes(self) -> int:
@@ -83,10 +85,21 @@ class Estimate:
 
     @property
     def fits(self) -> bool | None:
-        """Whether every rank's peak fits the GPU; None without a GPU, or when the job will not start at all."""
+        """Whether every rank's predicted peak fits the GPU; None without a GPU, or when the job will not start."""
         if self.capacity is None or self.refusals:
             return None
         return self.peak_stage.peak_bytes <= self.capacity
+
+    @property
+    def verdict(self) -> str | None:
+        """"fits" when every stage's upper bound fits, "does not fit" when a prediction does not, "may not fit"
+        otherwise (margin.py); None without a GPU or when the job will not start."""
+        if self.fits is None:
+            return None
+        if not self.fits:
+            return "does not fit"
+        verdicts = {st.margin.verdict(self.capacity) if st.margin else "may not fit" for st in self.stages}
+        return "fits" if verdicts == {"fits"} else "may not fit"
 
     def host_bytes_per_node(self) -> int:
         """Offloaded states of the ranks on one node (the busiest node)."""
@@ -110,13 +123,19 @@ def estimate(setup: TrainingJob, gpu: Gpu | None = None) -> Estimate:
         if gpu is None:
             setup.notes.append(f"the colocated vLLM engine's share ({post.vllm_share:g} of the GPU's total) is not "
                                "priced without --gpu")
+    for st in stages:
+        st.margin = stage_margin(setup, st, setup.chunks[st.pp_rank])
     return Estimate(setup, gpu, stages, model_param_count(setup.arch))
 
 
-def _post_training_terms(setup: TrainingJob, inv, states, generation: float) -> dict[str, int]:
-    """A preference or RL trainer's extra terms: its reference model, and the generation phase's when it is the
-    peak."""
+def _extra_terms(setup: TrainingJob, r: int, inv, states, generation: float) -> dict[str, int]:
+    """Terms only some jobs have: a distillation teacher's weights, a preference or RL trainer's reference model,
+    and its generation phase's when that is the peak."""
     out = {}
+    if setup.teacher is not None:
+        out["teacher"] = teacher.teacher_weights(setup, r)
+    if setup.post_training is None:
+        return out
     if setup.post_training.holds_reference:
         out["reference"] = post_training.reference_bytes(setup, inv, states)
     if generation:
@@ -133,11 +152,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     sizes, with_embedding, with_edges, working = _chunk_sizes(setup, chunks, logits_stored)
     stash, stash_all, stash_edges, inflight, pipe_buffers = _stash(setup, r, sizes, with_embedding, with_edges)
-    # the output layer's deferred weight-gradient inputs wait for the flush beside the loss edge, and a
-    # distillation teacher's logits for the KD loss, for each microbatch the loss stage holds
-    if any(c.loss for c in chunks):
-        stash_edges += acts.deferred_wgrad_bytes(setup)
-        stash_edges += teacher.teacher_logits(setup) * inflight if setup.teacher is not None else 0.0
+    stash_edges += _held_at_loss(setup, chunks, inflight)
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
     grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
@@ -171,10 +186,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         "logits": 0 if in_step else round(stash_edges - stash_all),
         "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
     }
-    if setup.teacher is not None:
-        components["teacher"] = teacher.teacher_weights(setup, r)
-    if setup.post_training is not None:
-        components.update(_post_training_terms(setup, inv, states, extra[phase][1] if phase == "generation" else 0))
+    components.update(_extra_terms(setup, r, inv, states, extra[phase][1] if phase == "generation" else 0))
     stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
                           {name: round(value) for name, value in phases.items() if name != "gradient reduction"
                            or states.reduce_terms}, states.host)
@@ -191,6 +203,15 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         stage.explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
                                                         logits_transient)
     return stage
+
+
+def _held_at_loss(setup: TrainingJob, chunks, inflight: float) -> float:
+    """Beside the loss edge: the output layer's deferred weight-gradient inputs waiting for the flush, and a
+    distillation teacher's logits for the KD loss, for each microbatch the loss stage holds."""
+    if not any(c.loss for c in chunks):
+        return 0.0
+    held = acts.deferred_wgrad_bytes(setup)
+    return held + (teacher.teacher_logits(setup) * inflight if setup.teacher is not None else 0.0)
 
 
 def _chunk_sizes(setup: TrainingJob, chunks, logits_stored: float):

@@ -20,6 +20,8 @@ def to_dict(est: Estimate) -> dict:
                           # each phase's allocated bytes, before the terms every phase holds (reference, vLLM)
                           "phases": dict(st.phases),
                           "peak_bytes": st.peak_bytes, "host_bytes": st.host_bytes,
+                          "lower_bytes": st.margin.lower if st.margin else None,
+                          "upper_bytes": st.margin.upper if st.margin else None,
                           "params_by_bucket": {b: st.inventory.bucket(b) for b in
                                                ("tp_sharded", "tp_replicated", "expert")}})
     peak = est.peak_stage
@@ -33,7 +35,10 @@ def to_dict(est: Estimate) -> dict:
         "gpu": {"name": est.gpu.name if est.gpu else None, "capacity_bytes": est.capacity},
         "ranks": ranks,
         "peak": {"rank": est.stage_ranks(peak.pp_rank).start, "pp_rank": peak.pp_rank, "peak_bytes": peak.peak_bytes},
-        "fits": est.fits,
+        # said only when every stage's upper bound fits (memory/margin.py); "verdict" tells may-not-fit apart
+        "fits": None if est.verdict is None else est.verdict == "fits",
+        "verdict": est.verdict,
+        "margin": _margin(est),
         "refused": [{"code": d.code, "message": d.message, "path": d.path, "line": d.line, "col": d.col}
                     for d in est.refusals],
         "host_bytes_per_node": est.host_bytes_per_node(),
@@ -42,6 +47,15 @@ def to_dict(est: Estimate) -> dict:
         "notes": s.notes,
         "origins": {key: origin.describe() for key, origin in sorted(s.origins.items())},
     }
+
+
+def _margin(est: Estimate) -> dict | None:
+    """The peak stage's margin: its bounds and what each unmodelled feature may add (null: unbounded)."""
+    m = est.peak_stage.margin
+    if m is None:
+        return None
+    return {"lower_bytes": m.lower, "predicted_bytes": m.predicted, "upper_bytes": m.upper,
+            "added": [{"what": what, "bytes": bound} for what, bound in m.added]}
 
 
 def _adapter(adapter) -> dict | None:

@@ -60,10 +60,22 @@ def verdict(est: Estimate) -> str:
     if est.capacity is None:
         return f"peak {gib(peak.peak_bytes)} GiB on {where}; no GPU given (--gpu NAME or --gpu-memory SIZE)"
     margin = est.capacity - peak.peak_bytes
-    word = "FITS" if margin >= 0 else "DOES NOT FIT"
+    word = {"fits": "FITS", "may not fit": "MAY NOT FIT", "does not fit": "DOES NOT FIT"}[est.verdict]
     name = "a GPU" if est.gpu.name == "custom" else est.gpu.name
     return (f"{word} on {name} ({gib(est.capacity)} GiB usable): peak {gib(peak.peak_bytes)} GiB on {where}, "
-            f"margin {margin / GIB:+.2f} GiB")
+            f"margin {margin / GIB:+.2f} GiB" + _band(est))
+
+
+def _band(est: Estimate) -> str:
+    """The peak stage's stated margin, and what makes an unbounded one unbounded."""
+    m = est.peak_stage.margin
+    if m is None:
+        return ""
+    if m.upper is None:
+        unbounded = [what for what, bound in m.added if bound is None]
+        return (f"; between {gib(m.lower)} GiB and an unbounded upper ({unbounded[0]}"
+                f"{f' and {len(unbounded) - 1} more' if len(unbounded) > 1 else ''})")
+    return f"; between {gib(m.lower)} and {gib(m.upper)} GiB"
 
 
 def _plain_table(head: list[str], body: list[list[str]], out: TextIO) -> None:
@@ -109,8 +121,11 @@ def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False
     if saved is not None and saved.rank0:
         out.write(f"host RAM at each checkpoint save: {gib(est.host_bytes_at_save())} GiB on rank 0's node "
                   f"({saved.what})\n")
+    bounds = dict(est.peak_stage.margin.added) if est.peak_stage.margin else {}
     for feature, where in s.unmodelled:
-        out.write(f"warning: {feature} ({where}) is not modelled: the estimate leaves it out\n")
+        bound = bounds.get(feature)
+        told = "not bounded" if bound is None else f"at most {gib(bound)} GiB more, in the upper bound"
+        out.write(f"warning: {feature} ({where}) is not modelled: {told}\n")
     for note in s.notes:
         out.write(f"note: {note}\n")
     if explain:
