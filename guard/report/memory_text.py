@@ -131,7 +131,9 @@ def write(est: Estimate, out: TextIO, explain: bool = False, color: bool = False
     if explain:
         _explain(est, out)
     else:
-        out.write("assumptions: balanced MoE routing; runtime = CUDA context + NCCL + 5% allocator overhead "
+        share = s.step.moe_imbalance
+        routing = "balanced MoE routing" if share == 1.0 else f"the busiest EP rank's experts at {share:g}x their share"
+        out.write(f"assumptions: {routing}; runtime = CUDA context + NCCL + 5% allocator overhead "
                   "(--explain prints every term with its formula and source)\n")
 
 
