@@ -58,7 +58,9 @@ EXTRA_MEGATRON_READ = {"topk", "expert_interval", "enable_expert_tensor_parallel
                        "cross_entropy_fusion_impl", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
                        "export_kd_teacher_load", "export_kd_teacher_model_config",
                        # issue 30: capacity-factor routing
-                       "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity"}
+                       "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+                       # issue 30: torch FSDP2
+                       "use_torch_fsdp2"}
 
 # Issue 11's DeepSpeed read list, limited to what the schema (or a free-form section such as optimizer.params) has,
 # and zero_optimization.elastic_checkpoint, which guard/job/from_deepspeed.py reads into the job's ZeRO path keys.

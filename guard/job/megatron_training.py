@@ -148,6 +148,7 @@ def _kernels(fv: FlagValues) -> None:
         job.softmax_bytes = 4
     job.moe_dispatcher = str(fv.value("moe_token_dispatcher_type") or "allgather")
     job.moe_grouped_gemm = fv.on("moe_grouped_gemm")
+    job.torch_fsdp2 = fv.on("use_torch_fsdp2")
     capacity = fv.value("moe_expert_capacity_factor")
     if isinstance(capacity, (int, float)) and not isinstance(capacity, bool) and capacity > 0:
         job.moe_capacity_factor = float(capacity)

@@ -52,6 +52,7 @@ class TrainingJob:
     exp_avg_sq_dtype: str = "fp32"
     # sharding: Megatron's distributed optimizer, or DeepSpeed ZeRO with the keys that choose its code paths
     distributed_optimizer: bool = False
+    torch_fsdp2: bool = False  # Megatron --use-torch-fsdp2 (memory/torch_fsdp.py)
     fsdp_sharding: str | None = None  # Megatron FSDP --data-parallel-sharding-strategy (None: no Megatron FSDP)
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances: each shards over DP x CP / this
     zero_stage: int = 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from guard.job.adapter import trainable_count
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import activations as acts
-from guard.memory import megatron_fsdp, overheads, post_training, quantized, save_host, schedule, teacher
+from guard.memory import megatron_fsdp, overheads, post_training, quantized, save_host, schedule, teacher, torch_fsdp
 from guard.memory.catalog import Gpu
 from guard.memory.margin import Margin, stage_margin
 from guard.memory.params import (
@@ -162,7 +162,8 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     largest_layer = _largest_layer_params(setup, all_layers)
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
-    fsdp_loss, fsdp_backward = megatron_fsdp.gathered(setup, inv, largest_layer) if setup.fsdp_sharding else (0, 0)
+    fsdp_loss, fsdp_backward = megatron_fsdp.gathered(setup, inv, largest_layer) if setup.fsdp_sharding else \
+        torch_fsdp.gathered(setup, inv, largest_layer) if setup.torch_fsdp2 else (0, 0)
     at_loss, in_backward = logits_transient + fsdp_loss, backward + fsdp_backward
     fwd = static + stash_edges + max(at_loss, in_backward)
     step = static + states.step_transient + sum(step_buf.values())

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from guard.job.stages import Chunk
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory import adapter_states, megatron_fsdp, muon, zero_paths
+from guard.memory import adapter_states, megatron_fsdp, muon, torch_fsdp, zero_paths
 from guard.memory.ddp_states import BUCKETS, ddp_terms
 from guard.memory.overheads import zero_bucket
 from guard.memory.params import Inventory
@@ -213,8 +213,11 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
         return _adapter_states(setup, dp_rank)
     if setup.hf_ddp:
         return ddp_states(setup, inv)
-    out = megatron_states(setup, inv, chunks, dp_rank) if setup.framework == "megatron" else \
-        zero_states(setup, inv, dp_rank)
+    if setup.framework == "megatron" and setup.torch_fsdp2:
+        out = _torch_fsdp2_states(setup, inv)
+    else:
+        out = megatron_states(setup, inv, chunks, dp_rank) if setup.framework == "megatron" else \
+            zero_states(setup, inv, dp_rank)
     if "language model" in setup.frozen:
         # requires_grad False: DDP allocates no gradient buffer and the optimizer holds no state for these
         # weights (megatron/core/distributed/distributed_data_parallel.py and optimizer/__init__.py take
@@ -223,6 +226,17 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
         out.terms = {k: v for k, v in out.terms.items() if k == "parameters"}
         out.step_terms, out.host_terms, out.reduce_terms = {}, {}, {}
         out.explain.append("the language model is frozen (--freeze-LM): no gradients, no optimizer state")
+    return out
+
+
+def _torch_fsdp2_states(setup: TrainingJob, inv: Inventory) -> States:
+    """Megatron --use-torch-fsdp2: every state sharded over DP x CP (torch_fsdp.py)."""
+    parts = torch_fsdp.megatron_states(setup, inv)
+    out = States(params=parts["params"], grads=parts["grads"], optimizer=parts["optimizer"],
+                 step_transient=parts["step"], terms={k: v for k, v in parts.items() if k != "step"},
+                 step_terms={"fp32 gradient copies": parts["step"]} if parts["step"] else {})
+    out.explain = [f"torch FSDP2 over DP x CP = {setup.dp * setup.layout.cp}: " +
+                   ", ".join(f"{k} {v:,} B" for k, v in parts.items())]
     return out
 
 
