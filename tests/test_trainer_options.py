@@ -89,22 +89,37 @@ TRAIN = ("torchrun --nproc_per_node 8 train.py --model_name_or_path Qwen/Qwen3-4
          "--per_device_train_batch_size 4 --model_max_length 2048{extra}\n")
 
 
-@pytest.mark.parametrize("files, where", [
+def test_torch_fsdp_with_cpu_offload_is_refused_by_name(tmp_path):
     # TrainingArguments.fsdp (FastChat's scripts/train_vicuna_13b.sh writes exactly this)
-    ({"run.sh": TRAIN.format(extra=' --fsdp "full_shard auto_wrap offload"')}, "run.sh:1:"),
+    err = _refusal(tmp_path, {"run.sh": TRAIN.format(extra=' --fsdp "full_shard auto_wrap offload"')}, "run.sh")
+    assert "torch FSDP with CPU offload" in err and "run.sh:1:" in err
+
+
+@pytest.mark.parametrize("files", [
+    {"run.sh": TRAIN.format(extra=' --fsdp "full_shard auto_wrap"')},
     # accelerate wraps the Trainer's model itself: its switch, or its config file's distributed_type
-    ({"run.sh": TRAIN.replace("torchrun --nproc_per_node 8", "accelerate launch --use_fsdp --num_processes 8")
-      .format(extra="")}, "run.sh:1:"),
-    ({"run.sh": TRAIN.replace("torchrun --nproc_per_node 8", "accelerate launch --config_file fsdp.yaml")
-      .format(extra=""), "fsdp.yaml": "distributed_type: FSDP\nnum_processes: 8\nfsdp_config: {}\n"}, "fsdp.yaml:1:"),
-    # axolotl: fsdp_config alone (fsdp_version 2 writes no `fsdp` list)
-    ({"run.sh": "axolotl train cfg.yaml\n", "cfg.yaml": "base_model: Qwen/Qwen3-4B\nsequence_len: 512\n"
-      "micro_batch_size: 1\nbf16: true\ndatasets: []\nfsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\n"},
-     "cfg.yaml:8:3:"),
-])
-def test_torch_fsdp_is_refused_by_name_never_priced_as_ddp(tmp_path, files, where):
-    err = _refusal(tmp_path, files, "run.sh")
-    assert "torch FSDP, which guard does not price" in err and where in err
+    {"run.sh": TRAIN.replace("torchrun --nproc_per_node 8", "accelerate launch --use_fsdp --num_processes 8")
+     .format(extra="")},
+    {"run.sh": TRAIN.replace("torchrun --nproc_per_node 8", "accelerate launch --config_file fsdp.yaml")
+     .format(extra=""), "fsdp.yaml": "distributed_type: FSDP\nnum_processes: 8\nfsdp_config: {}\n"},
+    # axolotl: fsdp_config alone (fsdp_version 2 writes no `fsdp` list); reshard_after_forward: FULL_SHARD's
+    {"run.sh": "axolotl train cfg.yaml -- --num_processes 8\n", "cfg.yaml": "base_model: Qwen/Qwen3-4B\nsequence_len: 512\n"
+     "micro_batch_size: 1\nbf16: true\ndatasets: []\nfsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\n"}])
+def test_torch_fsdp_full_shard_shards_every_state_over_the_world(tmp_path, files):
+    """FULL_SHARD over 8 ranks: torch DDP's weights, gradients and torch AdamW's two moments, each an eighth (no DDP
+    gradient buckets), in the dtype the weights were loaded in."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    code, out, err = run_guard("estimate", "--offline", "--isolated", "--format", "json", "--gpu", "H100-SXM",
+                               str(tmp_path / "run.sh"))
+    assert code in (0, 1), err
+    data = json.loads(out)
+    comps, psi = data["ranks"][0]["components"], data["model"]["param_count"]
+    w = round(comps["params"] * 8 / psi)  # the weights' bytes per parameter: the dtype they were loaded in
+    assert w in (2, 4)
+    assert comps["params"] == comps["grads"] == -(-psi * w // 8)
+    assert comps["optimizer"] == -(-2 * psi * w // 8)
+    assert any("torch FSDP (full_shard)" in note for note in data["notes"])
 
 
 def test_a_programs_model_max_length_is_its_sequence_length(tmp_path):
@@ -117,3 +132,20 @@ def test_a_programs_model_max_length_is_its_sequence_length(tmp_path):
     data = json.loads(out)
     assert data["origins"]["seq_length"].startswith("--model_max_length at ")
     assert not any("no sequence length" in n for n in data["notes"])
+
+
+@pytest.mark.parametrize(("extra", "launcher", "params_shards", "shards"), [
+    # SHARD_GRAD_OP keeps the weights whole (gathered in forward, not resharded until the step)
+    (' --fsdp "shard_grad_op auto_wrap"', "torchrun --nproc_per_node 8", 1, 8),
+    # HYBRID_SHARD shards within a node (8 GPUs) and replicates across the two nodes
+    (' --fsdp "hybrid_shard auto_wrap"', "torchrun --nnodes 2 --nproc_per_node 8", 8, 8)])
+def test_other_fsdp_strategies(tmp_path, extra, launcher, params_shards, shards):
+    (tmp_path / "run.sh").write_text(TRAIN.replace("torchrun --nproc_per_node 8", launcher).format(extra=extra))
+    code, out, err = run_guard("estimate", "--offline", "--isolated", "--format", "json", "--gpu", "H100-SXM",
+                               str(tmp_path / "run.sh"))
+    assert code in (0, 1), err
+    data = json.loads(out)
+    comps, psi = data["ranks"][0]["components"], data["model"]["param_count"]
+    w = round(comps["grads"] * shards / psi)
+    assert w in (2, 4)
+    assert comps["params"] == -(-psi * w // params_shards) and comps["grads"] == -(-psi * w // shards)

@@ -251,6 +251,10 @@ def accelerate_file(found: TrainerCommand, layer: Layer | None, load, words: lis
         found.ft.put("fsdp", f"distributed_type FSDP in {path}", Where(path, doc.span("/distributed_type"),
                                                                       doc.span("/distributed_type", key=False),
                                                                       "/distributed_type"))
+        if isinstance(doc.data.get("fsdp_config"), dict) and "fsdp_config" not in found.ft.written:
+            found.ft.put("fsdp_config", doc.data["fsdp_config"], Where(path, doc.span("/fsdp_config"),
+                                                                       doc.span("/fsdp_config", key=False),
+                                                                       "/fsdp_config"))
     plugin = doc.data.get("deepspeed_config")
     if isinstance(plugin, dict) and "deepspeed" not in found.ft.written:
         pointer = "/deepspeed_config/deepspeed_config_file" if plugin.get("deepspeed_config_file") \

@@ -13,6 +13,7 @@ from guard.job.finetune_config import OFF, FineTuneConfig
 from guard.job.from_deepspeed import read_deepspeed
 from guard.job.origin import Origin
 from guard.job.finetune_post import read_trainer_method
+from guard.job.hf_fsdp import read_fsdp
 from guard.job.training_job import IncompleteJob, TrainingJob
 from guard.job.world import World
 
@@ -91,8 +92,11 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
                                              else "gradient_checkpointing")
     job.origins["command"] = Origin("key", f"the {ft.dialect.title} training "
                                     f"{'command' if ft.doc.format == 'argv' else 'config'}", ft.path)
-    if (fsdp := _fsdp(ft)) is not None:
+    if (fsdp := _fsdp(ft, job)) is not None:
         job.missing["fsdp"] = fsdp
+    elif job.hf_fsdp:
+        job.notes.append(f"torch FSDP ({job.hf_fsdp}) over {'each node' if job.hf_fsdp.startswith('hybrid') else 'every rank'}: "
+                         "weights, gradients and optimizer states sharded as memory/torch_fsdp.py prices them")
     elif job.hf_ddp:
         job.notes.append("no DeepSpeed file: the HF Trainer runs torch DDP (its own optimizer, no ZeRO)")
     if arch is not None:
@@ -116,15 +120,19 @@ def _model_choices(job: TrainingJob, ft: FineTuneConfig, arch: Architecture) -> 
             job.origins["weights_dtype"] = ft.origin("load_dtype")
 
 
-def _fsdp(ft: FineTuneConfig) -> str | None:
-    """Why a config that shards with torch FSDP is refused (None: no FSDP). TrainingArguments.fsdp
-    ("full_shard auto_wrap offload", a list in axolotl) turns it on; axolotl's fsdp_config alone does too
-    (fsdp_version 2 configs write no `fsdp` list)."""
+def _fsdp(ft: FineTuneConfig, job: TrainingJob) -> str | None:
+    """torch FSDP, read into job.hf_fsdp (hf_fsdp.py); why it is refused (None: priced, or no FSDP).
+    TrainingArguments.fsdp ("full_shard auto_wrap offload", a list in axolotl) turns it on; axolotl's fsdp_config
+    alone does too (fsdp_version 2 configs write no `fsdp` list)."""
     for name in ("fsdp", "fsdp_config") if ft.dialect.name == "axolotl" else ("fsdp",):
         value = ft.get(name)
         if name in ft.written and value not in OFF:
-            return (f"{at(ft, name)}: {ft.dialect.keys[name]} {value!r}: the Trainer shards the model with torch FSDP, "
-                    "which guard does not price (it prices DeepSpeed ZeRO and torch DDP, and would price DDP here)")
+            strategy, why = read_fsdp(value if name == "fsdp" else [], ft.get("fsdp_config"))
+            if why:
+                return f"{at(ft, name)}: {ft.dialect.keys[name]} {value!r}: {why}"
+            job.hf_fsdp = strategy
+            job.origins["hf_fsdp"] = ft.origin(name)
+            return None
     return None
 
 

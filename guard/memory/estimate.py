@@ -163,7 +163,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
     fsdp_loss, fsdp_backward = megatron_fsdp.gathered(setup, inv, largest_layer) if setup.fsdp_sharding else \
-        torch_fsdp.gathered(setup, inv, largest_layer) if setup.torch_fsdp2 else (0, 0)
+        torch_fsdp.gathered(setup, inv, largest_layer) if setup.torch_fsdp2 or setup.hf_fsdp else (0, 0)
     at_loss, in_backward = logits_transient + fsdp_loss, backward + fsdp_backward
     fwd = static + stash_edges + max(at_loss, in_backward)
     step = static + states.step_transient + sum(step_buf.values())

@@ -243,10 +243,14 @@ def _torch_fsdp2_states(setup: TrainingJob, inv: Inventory) -> States:
 def ddp_states(setup: TrainingJob, inv: Inventory) -> States:
     """Full fine-tuning under the HF Trainer without DeepSpeed (ddp_states.py: no master copy, one dtype)."""
     terms, step, dtype = ddp_terms(setup, inv)
+    if setup.hf_fsdp:
+        terms = torch_fsdp.hf_states(setup, terms)
+        step = {k: math.ceil(v / torch_fsdp.hf_shards(setup)) for k, v in step.items()}
     out = States(params=terms["parameters"], grads=terms["gradients"] + terms.get(BUCKETS, 0),
                  optimizer=terms["optimizer moments"], step_transient=sum(step.values()), terms=terms,
                  step_terms=step)
-    out.explain = [f"torch DDP over DP={setup.dp}, no ZeRO, torch's optimizer: weights, gradients and moments in "
+    how = f"torch FSDP ({setup.hf_fsdp})" if setup.hf_fsdp else "torch DDP"
+    out.explain = [f"{how} over DP={setup.dp}, no ZeRO, torch's optimizer: weights, gradients and moments in "
                    f"{dtype}, no master copy: " + ", ".join(f"{k} {v:,} B" for k, v in terms.items())]
     if step:
         out.explain.append("during the step: " + ", ".join(f"{k} {v:,} B" for k, v in step.items()))

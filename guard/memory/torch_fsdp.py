@@ -1,4 +1,5 @@
-"""torch FSDP2 (`fully_shard`) states per rank, as torch 2.13 allocates them, and Megatron-LM's --use-torch-fsdp2.
+"""torch FSDP states per rank, as torch 2.13's FSDP2 (`fully_shard`) allocates them: for Megatron-LM's
+--use-torch-fsdp2 and the HF Trainer's FSDP (job/hf_fsdp.py).
 
 torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam._init_sharded_param: each parameter is chunked on
 dim 0 over the mesh (torch.chunk: ceil(rows / n) a chunk) and every rank allocates the padded chunk (the 0th's size)
@@ -48,6 +49,27 @@ def megatron_states(setup, inv) -> dict[str, int]:
             "step": shard * 4 * fp32_copies}
 
 
+def hf_shards(setup) -> int:
+    """Ranks an HF Trainer's FSDP strategy shards over: the world, or the node for the hybrid strategies."""
+    n = setup.dp
+    if setup.hf_fsdp and setup.hf_fsdp.startswith("hybrid"):
+        n = min(n, max(1, setup.layout.gpus_per_node))
+    return max(1, n)
+
+
+def hf_states(setup, terms: dict[str, int]) -> dict[str, int]:
+    """The HF Trainer's states under torch FSDP, from torch DDP's (ddp_states.py: weights, gradients and torch's
+    optimizer states in the dtype the weights were loaded in; no DDP gradient buckets): full_shard and hybrid_shard
+    shard all three, shard_grad_op (and hybrid_shard_zero2) keeps the weights whole, no_shard shards nothing."""
+    n = hf_shards(setup)
+    strategy = setup.hf_fsdp
+    out = {k: v for k, v in terms.items() if not k.startswith("DDP gradient buckets")}
+    for key in out:
+        whole = strategy == "no_shard" or (key == "parameters" and strategy in ("shard_grad_op", "hybrid_shard_zero2"))
+        out[key] = out[key] if whole else math.ceil(out[key] / n)
+    return out
+
+
 def gathered(setup, inv, largest_layer: int) -> tuple[float, float]:
     """(at the loss, in backward) unsharded bytes: the embedding and output weights whole at the loss, and in
     backward a layer's unit re-gathered with the next one prefetched and its bf16 gradients whole until their
@@ -57,5 +79,10 @@ def gathered(setup, inv, largest_layer: int) -> tuple[float, float]:
     from guard.memory.megatron_fsdp import EDGE_ITEMS
 
     p_b = DTYPE_BYTES[setup.params_dtype]
+    if setup.hf_fsdp in ("no_shard", "shard_grad_op", "hybrid_shard_zero2"):
+        # no_shard holds the weights whole; SHARD_GRAD_OP keeps every unit's gathered weights from its forward
+        # to its backward (no reshard after forward): the whole model in the compute dtype
+        whole = 0.0 if setup.hf_fsdp == "no_shard" else inv.total * p_b
+        return whole, whole + largest_layer * p_b
     edge = sum(n for (_, item), n in inv.items.items() if item in EDGE_ITEMS)
     return edge * p_b, (edge + 3 * largest_layer) * p_b
