@@ -187,4 +187,5 @@ def test_gpu_scripts_run_dry(script, tmp_path):
         assert result["gemm"]["bf16"] and result["memory"]["rows"] and result["host"]["issue_s_per_kernel"] > 0
     else:
         assert set(result["cases"]) == {"host gpt h64", "host llama h64"}
-        assert all(c["per_layer"]["host_s"] > 0 for c in result["cases"].values())
+        # both depths ran and were timed (their difference, one layer's time, is noise on a busy CPU)
+        assert all(c["shallow"]["host_s"] > 0 and c["deep"]["host_s"] > 0 for c in result["cases"].values())

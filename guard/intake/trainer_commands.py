@@ -247,14 +247,11 @@ def accelerate_file(found: TrainerCommand, layer: Layer | None, load, words: lis
         span = doc.span("/num_processes")
         found.reading = WorldReading(size, why=f"num_processes {size} in {path}",
                                      where=LText.at(str(size), span.line, span.col, path))
-    if doc.data.get("distributed_type") == "FSDP" and "fsdp" not in found.ft.written:
-        found.ft.put("fsdp", f"distributed_type FSDP in {path}", Where(path, doc.span("/distributed_type"),
-                                                                      doc.span("/distributed_type", key=False),
-                                                                      "/distributed_type"))
-        if isinstance(doc.data.get("fsdp_config"), dict) and "fsdp_config" not in found.ft.written:
-            found.ft.put("fsdp_config", doc.data["fsdp_config"], Where(path, doc.span("/fsdp_config"),
-                                                                       doc.span("/fsdp_config", key=False),
-                                                                       "/fsdp_config"))
+    if doc.data.get("distributed_type") == "FSDP":  # accelerate wraps the model in torch FSDP (its fsdp_config)
+        for key, value, pointer in (("fsdp", f"distributed_type FSDP in {path}", "/distributed_type"),
+                                    ("fsdp_config", doc.data.get("fsdp_config"), "/fsdp_config")):
+            if value is not None and key not in found.ft.written:
+                found.ft.put(key, value, Where(path, doc.span(pointer), doc.span(pointer, key=False), pointer))
     plugin = doc.data.get("deepspeed_config")
     if isinstance(plugin, dict) and "deepspeed" not in found.ft.written:
         pointer = "/deepspeed_config/deepspeed_config_file" if plugin.get("deepspeed_config_file") \

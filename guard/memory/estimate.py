@@ -162,8 +162,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     largest_layer = _largest_layer_params(setup, all_layers)
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
-    fsdp_loss, fsdp_backward = megatron_fsdp.gathered(setup, inv, largest_layer) if setup.fsdp_sharding else \
-        torch_fsdp.gathered(setup, inv, largest_layer) if setup.torch_fsdp2 or setup.hf_fsdp else (0, 0)
+    fsdp_loss, fsdp_backward = _gathered(setup, inv, largest_layer)
     at_loss, in_backward = logits_transient + fsdp_loss, backward + fsdp_backward
     fwd = static + stash_edges + max(at_loss, in_backward)
     step = static + states.step_transient + sum(step_buf.values())
@@ -204,6 +203,15 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
         stage.explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
                                                         logits_transient)
     return stage
+
+
+def _gathered(setup: TrainingJob, inv, largest_layer: int) -> tuple[float, float]:
+    """FSDP's whole parameters and gradients (at the loss, in backward): Megatron FSDP's or torch FSDP's."""
+    if setup.fsdp_sharding:
+        return megatron_fsdp.gathered(setup, inv, largest_layer)
+    if setup.torch_fsdp2 or setup.hf_fsdp:
+        return torch_fsdp.gathered(setup, inv, largest_layer)
+    return 0.0, 0.0
 
 
 def _held_at_loss(setup: TrainingJob, chunks, inflight: float) -> float:
