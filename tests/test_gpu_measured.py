@@ -36,23 +36,13 @@ def h200():
 
 def _job(case: dict, layers: int = 3):
     """The Megatron-LM command that builds bench/gpu_layer.py's case (tests/fidelity/megatron_activation_probe.py's
-    TransformerConfig: no dropout, torch softmax in fp32, local spec)."""
-    args = (f"--num-layers {layers} --hidden-size {case['hidden']} --num-attention-heads {case['heads']} "
-            f"--ffn-hidden-size {case['ffn']} --seq-length {case['seq']} --max-position-embeddings {case['seq']} "
-            f"--micro-batch-size {case['batch']} --global-batch-size {case['batch']} --bf16 --transformer-impl local "
-            f"--hidden-dropout 0 --attention-dropout 0 --vocab-size 256 --no-masked-softmax-fusion "
-            f"--attention-softmax-in-fp32 ")
-    if case.get("groups"):
-        args += f"--group-query-attention --num-query-groups {case['groups']} "
-    if case.get("norm") == "RMSNorm":
-        args += "--normalization RMSNorm "
-    if case.get("swiglu"):
-        args += "--swiglu "
-    if case.get("bias") is False:
-        args += "--disable-bias-linear "
-    args += "--position-embedding-type " + ("rope" if case.get("position") == "rope" else "learned_absolute")
+    TransformerConfig: no dropout, torch softmax in fp32, local spec), as the GPU kit writes it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_kit import megatron_command
+
     settings = Settings()
     settings.world_size, settings.gpus_per_node = 1, 1
+    args = megatron_command({**case, "layers": layers, "vocab": 256})
     return read(Request(megatron_args=(args,)), settings).job.required()
 
 
