@@ -315,3 +315,11 @@ def test_the_planner_lowers_a_share_no_layout_fits_beside_never_below_the_engine
         assert cand.estimate.peak_stage.peak_bytes <= result.capacity  # the engine at its share included
         assert cand.estimate.peak_stage.components["vllm_engine"] == round(cand.job.post_training.vllm_share
                                                                              * gpu.memory_bytes)
+
+
+def test_a_bad_completion_length_is_a_located_one_line_error(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("trl grpo --model_name_or_path Qwen/Qwen2.5-0.5B --dataset_name d --max_completion_length abc "
+                      "--output_dir o\n")
+    code, out, err = run_guard("estimate", "--offline", str(script))
+    assert code == 2 and err.count("\n") == 1 and "run.sh:1:90: max_completion_length is 'abc'" in err

@@ -149,3 +149,8 @@ def test_other_fsdp_strategies(tmp_path, extra, launcher, params_shards, shards)
     w = round(comps["grads"] * shards / psi)
     assert w in (2, 4)
     assert comps["params"] == -(-psi * w // params_shards) and comps["grads"] == -(-psi * w // shards)
+
+
+def test_an_fsdp_option_transformers_does_not_know_is_refused_with_the_list(tmp_path):
+    err = _refusal(tmp_path, {"run.sh": TRAIN.format(extra=' --fsdp "full_shard sharded"')}, "run.sh")
+    assert "'sharded' is not an FSDP option" in err and "run.sh:1:" in err

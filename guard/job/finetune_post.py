@@ -5,7 +5,7 @@ model, the paired rows, a colocated vLLM, TRL's fused LM head."""
 from __future__ import annotations
 
 from guard import installed
-from guard.job.finetune_config import OFF, FineTuneConfig
+from guard.job.finetune_config import OFF, FineTuneConfig, as_int
 from guard.job.finetune_dialects import TRL
 from guard.job.post_training import read_post_training
 from guard.job.training_job import TrainingJob
@@ -101,9 +101,14 @@ def _fused_head(job: TrainingJob, ft: FineTuneConfig, method: str) -> None:
         return
     seq = job.seq_length or 0
     if method in ("grpo", "rloo"):  # logits_to_keep: the completion tokens alone are scored
-        completion = ft.get("completion_len")
-        completion = COMPLETION_DEFAULT if completion in OFF else completion
-        job.scored_tokens = min(int(completion), seq) if seq else int(completion)
+        written = ft.get("completion_len")
+        completion = COMPLETION_DEFAULT if written in OFF else as_int(written)
+        if not completion or completion < 1:
+            place, span = ft.where("completion_len"), ft.span("completion_len", value=True)
+            job.missing["completion"] = (f"{place.path if place else ft.path}:{span.line}:{span.col}: "
+                                         f"max_completion_length is {written!r}: a positive integer is needed")
+            return
+        job.scored_tokens = min(completion, seq) if seq else completion
         job.origins["scored_tokens"] = ft.origin("completion_len")
         scored = f"the {job.scored_tokens} completion tokens of each row (max_completion_length)"
     else:

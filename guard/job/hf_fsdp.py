@@ -9,6 +9,8 @@ strategy FULL_SHARD by default (or its number 1-5), fsdp_offload_params, and for
 from __future__ import annotations
 
 STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard")
+OPTIONS = (*STRATEGIES, "offload", "auto_wrap")  # every FSDPOption
+MARKERS = ("accelerate launch", "distributed_type")  # what a launcher's FSDP switch leaves in place of the option
 NUMBERED = {"1": "full_shard", "2": "shard_grad_op", "3": "no_shard", "4": "hybrid_shard", "5": "hybrid_shard_zero2"}
 
 
@@ -25,7 +27,12 @@ def read_fsdp(fsdp, config) -> tuple[str | None, str]:
     """(strategy, why it cannot be priced: "" when it can). `fsdp`: TrainingArguments.fsdp (a string or a list) or
     the marker a launcher left; `config`: the fsdp_config dict, when one is given."""
     config = config if isinstance(config, dict) else {}
+    if isinstance(fsdp, str) and fsdp.startswith(MARKERS):
+        fsdp = []
     words = fsdp.split() if isinstance(fsdp, str) else [str(w) for w in fsdp] if isinstance(fsdp, list) else []
+    unknown = [w for w in words if w not in OPTIONS]
+    if unknown:  # TrainingArguments builds FSDPOption(word) for each: an unknown one raises ValueError
+        return None, f"{unknown[0]!r} is not an FSDP option (transformers FSDPOption: {', '.join(OPTIONS)})"
     offload = "offload" in words or str(config.get("fsdp_offload_params", config.get("offload_params", ""))).lower() \
         in ("true", "1")
     if offload:
