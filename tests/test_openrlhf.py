@@ -71,3 +71,12 @@ def test_ppo_on_ray_is_named_not_priced(tmp_path):
                       "--actor_num_gpus_per_node 8 --vllm_num_engines 4\n")
     code, out, err = run_guard("estimate", str(script))
     assert code == 2 and "not priced yet" in out + err
+
+
+def test_the_hf_trainers_save_is_not_claimed_for_openrlhf(tmp_path):
+    """FT011 and the host RAM at save describe Trainer.save_model; OpenRLHF saves with its own strategy."""
+    script = tmp_path / "train_dpo.sh"
+    script.write_text(DOTTED.format(stage=2, extra="--ds.lora.rank 16") + "\n")
+    code, out, err = run_guard("check", "--format", "json", str(script))
+    assert "FT011" not in out
+    assert _estimate(tmp_path, DOTTED, extra="--ds.lora.rank 16")["host_bytes_at_save"] is None

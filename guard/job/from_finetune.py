@@ -83,6 +83,7 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
         job.missing["deepspeed"] = (f"{at(ft, 'deepspeed')}: deepspeed file {ft.get('deepspeed')!r} not found "
                                     "(looked from the working directory and from this file's folder up)")
     job.hf_ddp = ddp
+    job.hf_saves = ft.dialect.name != "openrlhf"
     job.padded_batches = job.micro_batch > 1 and not _packed(ft)
     dtype_key = "fp16" if ft.precision() == "fp16" and "fp16" in ft.written else "bf16"
     for key, name in (("seq_length", "seq_len"), ("micro_batch", "micro_batch"), ("params_dtype", dtype_key)):

@@ -68,6 +68,7 @@ class TrainingJob:
     post_training: PostTraining | None = None  # TRL DPO/KTO/GRPO/RLOO: reference model, paired rows, vLLM share
     hf_ddp: bool = False  # the HF Trainer without DeepSpeed: torch DDP over every rank, no ZeRO
     hf_fsdp: str | None = None  # ... or torch FSDP with this sharding strategy (job/hf_fsdp.py)
+    hf_saves: bool = True  # the HF Trainer saves the model (memory/save_host.py); OpenRLHF saves its own way
     # hf_ddp, full fine-tuning: the dtype the weights are kept in (their gradients and torch AdamW's moments follow
     # it; no master copy); params_dtype stays the compute dtype autocast runs in
     weights_dtype: str | None = None

@@ -88,6 +88,8 @@ def save_host(setup: TrainingJob) -> SaveHost | None:
     adapter = setup.adapter is not None
     if setup.framework != "deepspeed" and not setup.hf_ddp:
         return None
+    if not setup.hf_saves or setup.hf_fsdp:  # another trainer's save, or FSDP's state-dict gather: not priced
+        return None
     if setup.hf_ddp:
         if adapter:
             return SaveHost(adapter_bytes(setup), 0, "the adapter's tensors (GPU to host for safetensors)",

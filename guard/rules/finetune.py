@@ -271,7 +271,7 @@ def packing(ctx: FineTuneCheck) -> None:
 @check(SAVE_HOST, target="finetune")
 def save_host(ctx: FineTuneCheck) -> None:
     ft = ctx.ft
-    if ctx.zero_stage is None or ctx.zero_stage == 3 or ft.method not in ("lora", "qlora"):
+    if ctx.zero_stage is None or ctx.zero_stage == 3 or ft.method not in ("lora", "qlora") or not ctx.job.hf_saves:
         return
     size = "the whole model"
     if ctx.arch is not None and ft.method == "lora":
