@@ -62,6 +62,9 @@ def test_invariants(setup):
         # assembled term by term, the components must account for the peak phase's own total, no more or less
         assert stage.peak_bytes - stage.components["runtime"] == pytest.approx(stage.phases[stage.phase], abs=8)
         assert stage.phases[stage.phase] == max(stage.phases.values())
+        # the stated margin brackets the prediction (margin.py): nothing it subtracts or adds has the wrong sign
+        assert stage.margin.lower <= stage.margin.predicted == stage.peak_bytes
+        assert stage.margin.upper is None or stage.margin.upper >= stage.margin.predicted
     # more microbatches never lower the first stage
     setup.num_microbatches += 4
     assert estimate(setup).stages[0].peak_bytes >= result.stages[0].peak_bytes
