@@ -25,6 +25,19 @@ VOCAB_CHUNK = 32768  # trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
 FORWARD_VECTORS = 7  # the fp32 per-token running statistics ChunkedLogProbFunction.forward allocates
 
 
+def _scored(setup) -> float:
+    """Tokens one microbatch scores through the head on this rank."""
+    return setup.rows / setup.layout.seq_shards * min(setup.scored_tokens, setup.seq_length)
+
+
+def forward_working(setup) -> float:
+    """The forward's working set beside what it saves: one tile in the compute dtype and seven fp32 vectors per
+    scored token (plus, for a weight kept in fp32 under bf16 autocast, a cast chunk: chunked_head_bytes)."""
+    act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
+    tokens = _scored(setup)
+    return min(tokens, TOKEN_CHUNK) * VOCAB_CHUNK * act + FORWARD_VECTORS * 4 * tokens
+
+
 def chunked_head_bytes(setup) -> tuple[float, float]:
     """(kept for backward, largest transient) of TRL's fused LM head for one microbatch of `setup.rows` rows, each
     scoring `setup.scored_tokens` tokens (the completion for GRPO/RLOO; every labelled token else: an upper bound
@@ -32,7 +45,7 @@ def chunked_head_bytes(setup) -> tuple[float, float]:
     act = DTYPE_BYTES["fp32" if setup.params_dtype == "fp32" else "bf16"]
     hidden, vocab = setup.arch.hidden, setup.vocab
     rows = setup.rows / setup.layout.seq_shards
-    tokens = rows * min(setup.scored_tokens, setup.seq_length)
+    tokens = _scored(setup)
     tile = min(tokens, TOKEN_CHUNK) * VOCAB_CHUNK * act
     weight_dtype = setup.weights_dtype or setup.params_dtype
     # `weight[start:end].to(compute_dtype)`: a copy of one vocabulary chunk when the weight is kept in fp32 under
@@ -40,7 +53,7 @@ def chunked_head_bytes(setup) -> tuple[float, float]:
     chunk_cast = min(vocab, VOCAB_CHUNK) * hidden * act if DTYPE_BYTES[weight_dtype] != act else 0
     # saved: the scored hidden states, their int64 targets, fp32 log_z; returned: fp32 log-probs per position
     kept = tokens * (act * hidden + 8 + 4) + 4 * rows * (setup.seq_length - 1)
-    forward = tile + chunk_cast + FORWARD_VECTORS * 4 * tokens
+    forward = forward_working(setup) + chunk_cast
     # fp32 accumulators, then their casts to the tensors' dtypes (a 4-byte one is returned as it is); a frozen head
     # (LoRA) gets no weight gradient
     grad_hidden = tokens * hidden * (4 + (act if act != 4 else 0))

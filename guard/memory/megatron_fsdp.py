@@ -49,6 +49,11 @@ def per_rank(setup: TrainingJob, inv: Inventory, nbytes: float, shard: bool) -> 
     return math.ceil(inv.dense * nbytes / dense_dp) + math.ceil(expert * nbytes / expert_dp)
 
 
+def edge_params(inv: Inventory) -> int:
+    """The rank's parameters outside the layers' units: embeddings, final norm, output layer."""
+    return sum(n for (_, item), n in inv.items.items() if item in EDGE_ITEMS)
+
+
 def gathered(setup: TrainingJob, inv: Inventory, largest_layer: int) -> tuple[float, float]:
     """Unsharded buckets alive (at the loss, during backward); nothing when the weights are whole.
 
@@ -59,6 +64,6 @@ def gathered(setup: TrainingJob, inv: Inventory, largest_layer: int) -> tuple[fl
     if not weights:
         return 0.0, 0.0
     p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
-    edge = sum(n for (_, item), n in inv.items.items() if item in EDGE_ITEMS)
+    edge = edge_params(inv)
     grad_whole = max(edge, largest_layer) * g_b if grads_sharded else 0.0
     return edge * p_b, (edge + 2 * largest_layer) * p_b + grad_whole

@@ -5,7 +5,7 @@ activations are held."""
 from __future__ import annotations
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory.chunked_head import TOKEN_CHUNK, VOCAB_CHUNK
+from guard.memory import chunked_head
 
 # methods whose reference forward runs after the policy's forward, inside the same loss (TRL 1.16
 # dpo_trainer.py DPOTrainer._compute_loss, kto_trainer.py: `model(...)` then `with torch.no_grad(): ref_model(...)`)
@@ -36,6 +36,12 @@ def reference_bytes(setup: TrainingJob, inv, states) -> int:
     return inv.total * DTYPE_BYTES[dtype]
 
 
+def kv_bytes(arch, act: int, tokens: float) -> float:
+    """K and V of every layer for `tokens` cached positions, `act` bytes an element (transformers' DynamicCache,
+    vLLM's KV blocks)."""
+    return 2 * arch.num_layers * arch.query_groups * arch.kv_channels * act * tokens
+
+
 def generation_bytes(setup: TrainingJob, inv, states) -> float:
     """transformers' generate on the training GPU (GRPO/RLOO without vLLM): the KV cache of every completion the
     rank generates at once, K and V per layer in the model's dtype for the whole sequence, and under ZeRO-3 the rest
@@ -45,7 +51,7 @@ def generation_bytes(setup: TrainingJob, inv, states) -> float:
         return 0.0
     arch = setup.arch
     act = DTYPE_BYTES["bf16" if setup.params_dtype in ("bf16", "fp16") else "fp32"]
-    kv = 2 * arch.num_layers * arch.query_groups * arch.kv_channels * act * setup.seq_length * post.generating
+    kv = kv_bytes(arch, act, setup.seq_length * post.generating)
     gathered = max(0.0, inv.total * DTYPE_BYTES[setup.params_dtype] - states.params) if post.gathered else 0.0
     return kv + gathered
 
@@ -76,8 +82,7 @@ def reference_forward_bytes(setup: TrainingJob) -> float:
     ffn = arch.moe_ffn_hidden or arch.ffn_hidden
     layer = tokens * ((3 if arch.gated_mlp else 2) * ffn + 2 * arch.hidden) * act
     if setup.scored_tokens:
-        scored = setup.rows * min(setup.scored_tokens, setup.seq_length)
-        head = min(scored, TOKEN_CHUNK) * VOCAB_CHUNK * act + 7 * 4 * scored + tokens * arch.hidden * act
+        head = chunked_head.forward_working(setup) + tokens * arch.hidden * act
     elif post.logits_path == "fp32":
         head = tokens * setup.vocab * (4 + 4)
     elif post.logits_path == "fp32_ce":  # OpenRLHF Actor.forward: `.to(torch.float32)` beside the 16-bit logits

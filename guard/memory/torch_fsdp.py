@@ -76,7 +76,7 @@ def gathered(setup, inv, largest_layer: int) -> tuple[float, float]:
     reduce-scatter (reshard_after_forward, torch's default). The same shape as Megatron FSDP's units
     (megatron_fsdp.gathered); not measured on CPU: Megatron's wrapper builds its device mesh on CUDA."""
     from guard.job.training_job import DTYPE_BYTES
-    from guard.memory.megatron_fsdp import EDGE_ITEMS
+    from guard.memory.megatron_fsdp import edge_params
 
     p_b = DTYPE_BYTES[setup.params_dtype]
     if setup.hf_fsdp in ("no_shard", "shard_grad_op", "hybrid_shard_zero2"):
@@ -84,5 +84,5 @@ def gathered(setup, inv, largest_layer: int) -> tuple[float, float]:
         # to its backward (no reshard after forward): the whole model in the compute dtype
         whole = 0.0 if setup.hf_fsdp == "no_shard" else inv.total * p_b
         return whole, whole + largest_layer * p_b
-    edge = sum(n for (_, item), n in inv.items.items() if item in EDGE_ITEMS)
+    edge = edge_params(inv)
     return edge * p_b, (edge + 3 * largest_layer) * p_b

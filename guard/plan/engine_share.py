@@ -17,10 +17,9 @@ def floor(job, gpu) -> float:
     """The share of one GPU the engine cannot start below: its whole 16-bit weights, and K and V of every layer
     for one sequence of the job's length."""
     from guard.memory.params import model_param_count
+    from guard.memory.post_training import kv_bytes
 
-    arch = job.arch
-    one_sequence = 2 * arch.num_layers * arch.query_groups * arch.kv_channels * 2 * job.seq_length
-    return (model_param_count(arch) * 2 + one_sequence) / gpu.memory_bytes
+    return (model_param_count(job.arch) * 2 + kv_bytes(job.arch, 2, job.seq_length)) / gpu.memory_bytes
 
 
 def largest(training_peak: int, capacity: int, gpu) -> float:
