@@ -8,7 +8,9 @@
     torch.cuda.max_memory_allocated, memory_reserved and NVML's used memory after the steps, beside guard's
     prediction for the Megatron-LM command that describes the same job (allocated: the peak less guard's runtime
     term; NVML: the whole peak). Cases: dense GPT, Llama with GQA, MoE (local experts), full recompute, the
-    distributed optimizer. Then DeepSpeed ZeRO-0 and ZeRO-1 on one rank over a transformers Llama when DeepSpeed is
+    distributed optimizer. Then LoRA and QLoRA over a transformers Llama as LLaMA-Factory trains them
+    (bench/gpu_kit_peft.py; bitsandbytes carried as a wheel); what max_memory_allocated sees of a CUDA-graph
+    replay (bench/gpu_kit_graphs.py). Then DeepSpeed ZeRO-0 and ZeRO-1 on one rank over a transformers Llama when DeepSpeed is
     importable (carried as a wheel: its ops build at run time with the machine's nvcc).
 (b) launch: bench/launch_gpu.py (guard launch's NVML probe against nvidia-smi and torch; a job that fits starts,
     one that does not is stopped or rewritten) when time is left.
@@ -97,7 +99,8 @@ def predicted(request, gpu: str | None) -> dict:
     result = estimate(job, choose_gpu(gpu) if gpu else None)
     st = result.peak_stage
     comps = st.components
-    return {"param_count": result.param_count, "peak_bytes": st.peak_bytes,
+    return {"param_count": result.param_count, "trainable_count": result.trainable_param_count,
+            "peak_bytes": st.peak_bytes,
             "allocated_bytes": st.peak_bytes - comps["runtime"],
             "lower_bytes": st.margin.lower if st.margin else None, "upper_bytes": st.margin.upper if st.margin else None,
             "phase": st.phase, "dominant": max(comps, key=comps.get), "verdict": result.verdict}
@@ -216,6 +219,13 @@ def memory(device: str, gpu: str | None, deadline: float, work: Path) -> list[di
         except Exception as err:  # noqa: BLE001 - a case that fails is a finding of the kit
             rows.append({"case": name, "error": f"{type(err).__name__}: {err}"[:300]})
         print(json.dumps(rows[-1]), flush=True)
+    from gpu_kit_graphs import graph_rows
+    from gpu_kit_peft import peft_rows
+
+    rows += peft_rows(device, gpu, deadline, work, DRY_LLAMA if device == "cpu" else LLAMA, predicted, _gpu_memory,
+                      _row)
+    rows += graph_rows(device) if time.monotonic() < deadline else [{"case": "cuda graph replay",
+                                                                       "skipped": "out of time"}]
     rows += _deepspeed_rows(device, gpu, deadline, work)
     return rows
 
@@ -279,12 +289,17 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.dry else "cuda"
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:  # before the CPU setup stubs torch.cuda.Stream, which transformers' annotations evaluate at import
+        import peft  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        pass
     if args.dry:
         probe.cpu_setup()
     else:
         from gpu_layer import gpu_setup
 
-        sys.path.insert(0, str(ROOT / "bench"))
         gpu_setup()
     gpu = args.gpu or (None if args.dry else ("H200" if "H200" in torch.cuda.get_device_name(0) else "H100"))
     found = {"device": "cpu (dry run)" if args.dry else torch.cuda.get_device_name(0), "torch": torch.__version__,

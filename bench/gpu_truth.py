@@ -25,7 +25,6 @@ from guard.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "research" / "gpu_truth" / "megatron_ci_calibration.jsonl"
 GPT2_VOCAB = 50257  # pretrain_gpt.py's default tokenizer (GPT-2 BPE) with GPT-2's vocab file (the data's README)
-STATES = ("params", "grads", "optimizer", "buffers")
 GPUS = {"H100": "H100-SXM", "A100": "A100-80GB", "GB200": "GB200"}  # the catalog entries of the CI's GPUs
 
 
@@ -52,10 +51,10 @@ def predict(run: dict, with_band: bool = False):
     runtime = stage.components["runtime"]
     peak = stage.peak_bytes - runtime
     if not with_band:
-        return peak, sum(stage.components[c] for c in STATES)
+        return peak, stage.resident_bytes
     m = stage_margin(job, stage, job.chunks[job.layout.pp - 1])
     band = (m.lower - runtime, None if m.upper is None else m.upper - runtime)
-    return peak, sum(stage.components[c] for c in STATES), band, bool(job.arch.num_experts)
+    return peak, stage.resident_bytes, band, bool(job.arch.num_experts)
 
 
 def _summary(name: str, errors: list[float]) -> str:

@@ -60,7 +60,12 @@ EXTRA_MEGATRON_READ = {"topk", "expert_interval", "enable_expert_tensor_parallel
                        # issue 30: capacity-factor routing
                        "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
                        # issue 30: torch FSDP2
-                       "use_torch_fsdp2"}
+                       "use_torch_fsdp2",
+                       # issue 30: CUDA graphs (guard/job/cuda_graphs.py)
+                       "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope", "cuda_graph_scope_deprecated",
+                       "enable_cuda_graph", "external_cuda_graph", "cuda_graph_warmup_steps",
+                       # issue 30: Megatron FSDP's prefetch window
+                       "fsdp_double_buffer", "suggested_communication_unit_size"}
 
 # Issue 11's DeepSpeed read list, limited to what the schema (or a free-form section such as optimizer.params) has,
 # and zero_optimization.elastic_checkpoint, which guard/job/from_deepspeed.py reads into the job's ZeRO path keys.

@@ -90,12 +90,13 @@ def test_deepspeed_pipeline_engine_stash():
 def test_unmodelled_features_are_warnings_in_the_report():
     argv = ("pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
             "--max-position-embeddings 128 --micro-batch-size 1 --vocab-size 100 --bf16 --fp8-format hybrid "
-            "--cuda-graph-impl transformer_engine")
+            "--deterministic-mode --cuda-graph-impl transformer_engine")
     code, out, err = run_guard("estimate", "--megatron-args", argv, "--world-size", "1")
     assert code == 0, err
-    assert "warning: FP8 training" in out and "warning: CUDA graphs" in out
+    assert "warning: FP8 training" in out and "warning: deterministic kernels" in out
     code, out, err = run_guard("estimate", "--megatron-args", argv, "--world-size", "1", "--format", "json")
-    assert {u["setting"] for u in json.loads(out)["unmodelled"]} == {"--fp8-format", "--cuda-graph-impl"}
+    # CUDA graphs are priced (guard/memory/cuda_graphs.py), so not named
+    assert {u["setting"] for u in json.loads(out)["unmodelled"]} == {"--fp8-format", "--deterministic-mode"}
 
 
 def test_set_overrides_a_runtime_term():

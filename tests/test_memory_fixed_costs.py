@@ -157,3 +157,62 @@ def test_muon_deals_every_parameter_the_inventory_counts(flags):
     job = _job(f"--optimizer muon {flags}")
     for chunks in job.chunks:
         assert sum(n for n, _, _ in muon.stage_tensors(job, chunks)) == rank_inventory(job, chunks).total
+
+
+LLAMA8B = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+           "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm --disable-bias-linear "
+           "--position-embedding-type rope --untie-embeddings-and-output-weights --vocab-size 128256 "
+           "--make-vocab-size-divisible-by 128 --seq-length 4096 --max-position-embeddings 4096 "
+           "--micro-batch-size 1 --global-batch-size 64 --bf16 --use-distributed-optimizer --use-megatron-fsdp "
+           "--data-parallel-sharding-strategy optim_grads_params")
+
+
+def _fsdp(extra: str = ""):
+    from guard.memory import megatron_fsdp
+    from guard.memory.params import rank_inventory
+
+    job = read(Request(megatron_args=(f"{LLAMA8B} {extra}",)), Settings(world_size=8)).job.required()
+    return job, rank_inventory(job, job.chunks[0]), megatron_fsdp
+
+
+def test_megatron_fsdp_prefetches_half_a_communication_unit_in_backward():
+    """A Llama-3-8B layer: 4096 x (4096 + 2 x 1024) + 4096 x 4096 + 3 x 4096 x 14336 + 2 x 4096 norm = 218,112,000
+    elements; the communication unit max(1e9, 2 x mean unit) = 1e9, so 5e8 prefetched: ceil(5e8 / 218,112,000) = 3
+    units beside the current one; --fsdp-double-buffer keeps two; a 3e8 unit, 1.5e8 prefetched: one."""
+    layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096
+    assert layer == 218_112_000
+    job, inv, fsdp = _fsdp()
+    assert fsdp.prefetch_window(job, inv, layer, 32) == 4
+    job, inv, fsdp = _fsdp("--fsdp-double-buffer")
+    assert fsdp.prefetch_window(job, inv, layer, 32) == 2
+    job, inv, fsdp = _fsdp("--suggested-communication-unit-size 300000000")
+    assert fsdp.prefetch_window(job, inv, layer, 32) == 2
+    job, inv, fsdp = _fsdp()
+    assert fsdp.prefetch_window(job, inv, 1_000_000, 12) == 12  # a small model: every unit gathered
+
+
+def test_megatron_fsdp_output_layer_gradient_bucket():
+    """Untied 128,256 x 4096 = 525,336,576-element embedding and output layer. With --overlap-grad-reduce the
+    bucket size is max(4e7, 1e6 x DP 8) = 4e7: the embedding closes its bucket, the final norm (4096) and the
+    output layer share the next; without it one bucket holds every parameter outside the units."""
+    vocab = 128256 * 4096
+    job, inv, fsdp = _fsdp("--overlap-grad-reduce")
+    assert fsdp.output_bucket(job, inv) == 4096 + vocab
+    job, inv, fsdp = _fsdp()
+    assert fsdp.output_bucket(job, inv) == 2 * vocab + 4096
+
+
+def test_fp16_gradient_copies_live_from_the_step_to_the_next_zero_grad():
+    """--fp16 keeps an fp16 gradient buffer; the step copies each gradient to fp32 (optimizer.py
+    _copy_model_grads_to_main_grads) and zero_grad(set_to_none) frees the copies before the next forward
+    (training.py train_step). So 4 B/param more in the step and after it, none in the forward/backward: the
+    forward/backward differs from bf16's only by the 2 B/param smaller gradient buffer."""
+    bf16 = estimate_stage(_job("", world=1), 0)
+    fp16_job = read(Request(megatron_args=(SMALL.replace("--bf16", "--fp16"),)), Settings(world_size=1))
+    fp16 = estimate_stage(fp16_job.job.required(), 0)
+    n = bf16.components["params"] // 2
+    assert fp16.components["grads"] == 2 * n and bf16.components["grads"] == 4 * n
+    assert fp16.components["optimizer"] == bf16.components["optimizer"] == 12 * n  # fp32 masters + two moments
+    assert bf16.phases["forward/backward"] - fp16.phases["forward/backward"] == 2 * n
+    assert fp16.terms["optimizer step"]["fp32 gradient copies (held to the next zero_grad)"] == 4 * n
+    assert fp16.resident_bytes - bf16.resident_bytes == 2 * n  # -2 B/param of buffer, +4 B/param of copies

@@ -4,7 +4,7 @@ teacher, what is unmodelled."""
 from __future__ import annotations
 
 from guard.inputs import find_near
-from guard.job import distillation
+from guard.job import cuda_graphs, distillation
 from guard.job.accounting import account_flags, account_keys
 from guard.job.flag_values import FlagValues, enum_name
 from guard.job.megatron_program import read_program
@@ -61,6 +61,8 @@ def _precision(fv: FlagValues) -> None:
     job.distributed_optimizer = fv.on("use_distributed_optimizer", field="distributed_optimizer")
     if fv.on("use_megatron_fsdp"):
         job.fsdp_sharding = str(fv.value("data_parallel_sharding_strategy", field="fsdp_sharding") or "no_shard")
+        job.fsdp_double_buffer = fv.on("fsdp_double_buffer")
+        job.fsdp_comm_unit = fv.int("suggested_communication_unit_size")
     if job.distributed_optimizer:
         job.optimizer_instances = fv.int("num_distributed_optimizer_instances", field="optimizer_instances") or 1
     chosen = str(fv.value("optimizer", field="optimizer") or "adam")
@@ -172,8 +174,11 @@ def _step(fv: FlagValues) -> None:
     step.fp8 = str(fp8) if fp8 else None
     step.fp8_recipe = enum_name(fv.value("fp8_recipe"), "delayed")
     step.tp_comm_overlap = fv.on("tp_comm_overlap") and (fv.job.layout.tp or 1) > 1
-    step.cuda_graphs = str(fv.value("cuda_graph_impl") or "none") != "none" or fv.on("enable_cuda_graph") or \
-        fv.on("external_cuda_graph")
+    modules = next((fv.value(d) for d in ("cuda_graph_modules", "cuda_graph_scope", "cuda_graph_scope_deprecated")
+                    if fv.cmd.given(d)), None)
+    fv.job.cuda_graphs = cuda_graphs.read(fv.value("cuda_graph_impl"), fv.on("enable_cuda_graph"),
+                                          fv.on("external_cuda_graph"), modules, fv.value("cuda_graph_warmup_steps"))
+    step.cuda_graphs = fv.job.cuda_graphs is not None
     step.log_params_norm = fv.on("log_params_norm")
     step.log_num_zeros_in_grad = fv.on("log_num_zeros_in_grad")
     clip = fv.value("clip_grad")

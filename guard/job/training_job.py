@@ -8,6 +8,7 @@ from typing import Any
 from guard.errors import InputError
 from guard.job.adapter import Adapter
 from guard.job.architecture import Architecture
+from guard.job.cuda_graphs import CudaGraphs
 from guard.job.layout import ParallelLayout
 from guard.job.origin import Origin
 from guard.job.post_training import PostTraining
@@ -54,6 +55,8 @@ class TrainingJob:
     distributed_optimizer: bool = False
     torch_fsdp2: bool = False  # Megatron --use-torch-fsdp2 (memory/torch_fsdp.py)
     fsdp_sharding: str | None = None  # Megatron FSDP --data-parallel-sharding-strategy (None: no Megatron FSDP)
+    fsdp_double_buffer: bool = False  # Megatron FSDP --fsdp-double-buffer: at most two units gathered
+    fsdp_comm_unit: int | None = None  # --suggested-communication-unit-size (elements; None: derived)
     optimizer_instances: int = 1  # Megatron --num-distributed-optimizer-instances: each shards over DP x CP / this
     zero_stage: int = 0
     zero_keys: dict[str, Any] = field(default_factory=dict)  # contiguous_gradients, overlap_comm, ...
@@ -97,6 +100,7 @@ class TrainingJob:
     # Megatron --defer-embedding-wgrad-compute: the last stage keeps the output layer's input and logits gradient
     # of up to --wgrad-deferral-limit microbatches (0: all) until the pipeline flush; None: not deferred
     wgrad_deferral_limit: int | None = None
+    cuda_graphs: CudaGraphs | None = None  # Megatron's per-layer CUDA graphs (guard/memory/cuda_graphs.py)
     mtp_layers: int = 0  # Megatron --mtp-num-layers (multi-token prediction on the loss stage)
     linear_impl: str = "torch"  # torch (nn.Linear) | megatron (its tensor_parallel layers) | transformer_engine
     moe_dispatcher: str = "allgather"  # Megatron --moe-token-dispatcher-type

@@ -7,7 +7,17 @@ from dataclasses import dataclass, field
 from guard.job.adapter import trainable_count
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory import activations as acts
-from guard.memory import megatron_fsdp, overheads, post_training, quantized, save_host, schedule, teacher, torch_fsdp
+from guard.memory import (
+    cuda_graphs,
+    megatron_fsdp,
+    overheads,
+    post_training,
+    quantized,
+    save_host,
+    schedule,
+    teacher,
+    torch_fsdp,
+)
 from guard.memory.catalog import Gpu
 from guard.memory.margin import Margin, stage_margin
 from guard.memory.params import (
@@ -15,17 +25,16 @@ from guard.memory.params import (
     Inventory,
     add_layer,
     model_param_count,
-    padding_params,
     rank_inventory,
 )
+from guard.memory.stage_explain import stage_explain
 from guard.memory.states import model_states
-from guard.units import GIB, MIB
 
 COMPONENTS = ("params", "grads", "optimizer", "activations", "embedding_activations", "logits", "buffers",
               "transient", "runtime")
 # what a preference or RL trainer (guard/job/post_training.py) or a distillation teacher adds, present only in
 # their estimates
-EXTRA_COMPONENTS = ("reference", "vllm_engine", "generation", "teacher")
+EXTRA_COMPONENTS = ("reference", "vllm_engine", "generation", "teacher", "cuda_graph_buffers")
 
 
 @dataclass
@@ -41,6 +50,7 @@ class StageEstimate:
     phase: str  # "forward/backward" or "optimizer step"
     phases: dict[str, int]  # allocated bytes of each phase
     host_bytes: int
+    resident_bytes: int = 0  # allocated between steps: states, buffers and the CUDA graphs' static buffers
     terms: dict[str, dict[str, float]] = field(default_factory=dict)  # component -> named parts
     explain: list[str] = field(default_factory=list)
     margin: Margin | None = None  # the stated margin (margin.py), set by estimate()
@@ -151,48 +161,48 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     states = model_states(setup, inv, dp_rank, chunks)
     logits_stored, logits_transient = acts.logits_bytes(setup) if any(c.loss for c in chunks) else (0.0, 0.0)
     sizes, with_embedding, with_edges, working = _chunk_sizes(setup, chunks, logits_stored)
-    stash, stash_all, stash_edges, inflight, pipe_buffers = _stash(setup, r, sizes, with_embedding, with_edges)
+    stash, stash_all, stash_edges, inflight, pipe_buffers = schedule.stage_stash(setup, r, sizes, with_embedding,
+                                                                                 with_edges)
     stash_edges += _held_at_loss(setup, chunks, inflight)
     all_layers = tuple(i for c in chunks for i in c.layers)
     full_terms = acts.layer_terms(setup, all_layers[0], False) if all_layers else {}
     grad_temps = 2 * max(full_terms.values(), default=0.0)  # gradients of the largest saved tensor and the input
     # a quantized base rebuilds one weight at a time for its matmul (quantized.py)
     dequant = quantized.working_set(setup) if setup.adapter is not None and setup.adapter.quant_bits else 0.0
-    backward = working + grad_temps + dequant
     largest_layer = _largest_layer_params(setup, all_layers)
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
-    fsdp_loss, fsdp_backward = _gathered(setup, inv, largest_layer)
-    at_loss, in_backward = logits_transient + fsdp_loss, backward + fsdp_backward
-    fwd = static + stash_edges + max(at_loss, in_backward)
-    step = static + states.step_transient + sum(step_buf.values())
+    fsdp_loss, fsdp_backward = _gathered(setup, inv, largest_layer, len(all_layers))
+    at_loss, in_backward = logits_transient + fsdp_loss, working + grad_temps + dequant + fsdp_backward
+    held = {"forward/backward": ((stash, stash_all, stash_edges), max(at_loss, in_backward))}
+    graph_buf = _graphed(setup, r, chunks, (sizes, with_embedding, with_edges), held, grad_temps)
+    resident = static + sum(graph_buf.values())  # what a step starts from (the graphs' buffers once captured)
     # ZeRO-1 reducing after backward holds gradients beyond its partition until the reduce (zero_paths.py);
     # the last microbatch's activations are gone by then
-    reduce = static + sum(states.reduce_terms.values())
-    phases = {"forward/backward": fwd, "optimizer step": step, "gradient reduction": reduce}
+    transients = {name: work for name, (_, work) in held.items()}
+    transients.update({"optimizer step": states.step_transient + states.step_held + sum(step_buf.values()),
+                       "gradient reduction": sum(states.reduce_terms.values())})
+    phases = {name: (static if name == "forward/backward" else resident) + kept[2] + work
+              for name, (kept, work) in held.items()}
+    phases.update({name: resident + work for name, work in transients.items() if name not in held})
     extra = post_training.phases(setup, inv, states, stash_edges, any(c.loss for c in chunks))
-    phases.update({name: static + held + work for name, (held, work) in extra.items()})
+    phases.update({name: static + kept + work for name, (kept, work) in extra.items()})
+    transients.update({name: work for name, (_, work) in extra.items()})
     phase = max(phases, key=phases.get)
-    in_step = phase not in ("forward/backward", "reference forward")
-    allocated = phases[phase]
-    runtime = overheads.runtime(setup, allocated)
-    transient = extra[phase][1] if phase in extra else {
-        "forward/backward": max(at_loss, in_backward), "gradient reduction": sum(states.reduce_terms.values()),
-        "optimizer step": step - static}[phase]
-    components = {
-        "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
-        "activations": 0 if in_step else round(stash),
-        "embedding_activations": 0 if in_step else round(stash_all - stash),
-        "logits": 0 if in_step else round(stash_edges - stash_all),
-        "buffers": round(sum(buf.values())), "transient": round(transient), "runtime": round(sum(runtime.values())),
-    }
+    runtime = overheads.runtime(setup, phases[phase])
+    kept = held[phase][0] if phase in held else (stash, stash_all, stash_edges) if phase == "reference forward" \
+        else (0.0, 0.0, 0.0)
+    components = _components(states, kept, buf, transients[phase], runtime)
+    if graph_buf:  # allocated at the capture, after the eager warm-up steps
+        components["cuda_graph_buffers"] = 0 if phase == "forward/backward" else round(sum(graph_buf.values()))
     components.update(_extra_terms(setup, r, inv, states, extra[phase][1] if phase == "generation" else 0))
     stage = StageEstimate(r, len(all_layers), [len(c.layers) for c in chunks], inv, inflight, components, phase,
                           {name: round(value) for name, value in phases.items() if name != "gradient reduction"
-                           or states.reduce_terms}, states.host)
+                           or states.reduce_terms}, states.host, round(resident + states.step_held))
     if detail:
-        stage.terms = {"buffers": buf, "runtime": runtime, "optimizer step": {
-            **step_buf, "fp32 gradient partition / copies": states.step_transient},
+        stage.terms = {"buffers": buf, "runtime": runtime, "cuda graph buffers": graph_buf, "optimizer step": {
+            **step_buf, "fp32 gradient partition / copies": states.step_transient,
+            "fp32 gradient copies (held to the next zero_grad)": states.step_held},
             "transient": {"recompute working set / offloaded layers in flight": working,
                           "backward gradient temporaries": grad_temps, "loss fp32 upcast": logits_transient,
                           "quantized weight rebuilt for its matmul (bitsandbytes)": dequant,
@@ -200,15 +210,36 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
                           "FSDP whole units and gradients in backward": fsdp_backward},
             "gradient reduction": dict(states.reduce_terms),
             "layer activations (one microbatch)": acts.layer_terms(setup, all_layers[0]) if all_layers else {}}
-        stage.explain = list(states.explain) + _explain(setup, inv, chunks, sizes, inflight, stash, logits_stored,
-                                                        logits_transient)
+        stage.explain = list(states.explain) + stage_explain(setup, inv, chunks, sizes, inflight, stash,
+                                                             logits_stored, logits_transient)
     return stage
 
 
-def _gathered(setup: TrainingJob, inv, largest_layer: int) -> tuple[float, float]:
+def _components(states, kept: tuple[float, float, float], buf: dict, transient: float, runtime: dict) -> dict:
+    """The peak phase's bytes by component; kept: its (stash, + embedding, + edges)."""
+    return {"params": states.params, "grads": states.grads, "optimizer": states.optimizer,
+            "activations": round(kept[0]), "embedding_activations": round(kept[1] - kept[0]),
+            "logits": round(kept[2] - kept[1]), "buffers": round(sum(buf.values())),
+            "transient": round(transient), "runtime": round(sum(runtime.values()))}
+
+
+def _graphed(setup: TrainingJob, r: int, chunks, sizes, held: dict, grad_temps: float) -> dict[str, float]:
+    """CUDA graphs: their static buffers (returned) and their phases added to `held` (cuda_graphs.py); the eager
+    forward/backward is dropped when no eager step runs before the capture."""
+    graphs = setup.cuda_graphs
+    if graphs is None or graphs.full_iteration:
+        return {}
+    held.update(cuda_graphs.phases(setup, r, chunks, sizes, held["forward/backward"][1], grad_temps,
+                                   lambda inflight: _held_at_loss(setup, chunks, inflight)))
+    if not graphs.eager_first:
+        del held["forward/backward"]
+    return cuda_graphs.static_bytes(setup, r, chunks)
+
+
+def _gathered(setup: TrainingJob, inv, largest_layer: int, units: int) -> tuple[float, float]:
     """FSDP's whole parameters and gradients (at the loss, in backward): Megatron FSDP's or torch FSDP's."""
     if setup.fsdp_sharding:
-        return megatron_fsdp.gathered(setup, inv, largest_layer)
+        return megatron_fsdp.gathered(setup, inv, largest_layer, units)
     if setup.torch_fsdp2 or setup.hf_fsdp:
         return torch_fsdp.gathered(setup, inv, largest_layer)
     return 0.0, 0.0
@@ -241,42 +272,6 @@ def _chunk_sizes(setup: TrainingJob, chunks, logits_stored: float):
         with_edges.append(with_embedding[-1] + (logits_stored if chunk.loss else 0.0))
         working = max(working, recompute_ws)
     return sizes, with_embedding, with_edges, working
-
-
-def _stash(setup: TrainingJob, r: int, sizes: list[float], with_embedding: list[float], with_edges: list[float]):
-    """(layers, + embedding, + edges) stashed at the peak, the microbatches in flight then, and pipe buffers."""
-    m, p = setup.num_microbatches, setup.layout.pp
-    if setup.ds_pipeline and p > 1:
-        live, pipe_buffers = schedule.deepspeed_in_flight(p, r, m)
-        return sizes[0] * live, with_embedding[0] * live, with_edges[0] * live, live, pipe_buffers
-    stash, inflight = schedule.peak_stash(sizes, p, r, m, setup.microbatch_group)
-    stash_all, _ = schedule.peak_stash(with_embedding, p, r, m, setup.microbatch_group)
-    stash_edges, _ = schedule.peak_stash(with_edges, p, r, m, setup.microbatch_group)
-    return stash, stash_all, stash_edges, inflight, 2
-
-
-def _explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float], inflight: float, stash: float,
-             logits_stored: float, logits_transient: float) -> list[str]:
-    """The stash, logits and padding formulas with their numbers, for --explain."""
-    mib = MIB
-    all_layers = [i for c in chunks for i in c.layers]
-    explain: list[str] = []
-    if len(chunks) == 1 and all_layers:
-        explain.append(f"activations = {inflight} microbatches x {sizes[0] / mib:,.1f} MiB (the stage's "
-                       f"{len(all_layers)} layers, one microbatch) = {stash / GIB:.2f} GiB")
-    elif all_layers:
-        explain.append(f"activations = {inflight} virtual microbatches over chunks of "
-                       f"{[round(x / mib, 1) for x in sizes]} MiB (interleaved order simulated) = "
-                       f"{stash / GIB:.2f} GiB")
-    if logits_stored:
-        explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.layout.seq_shards} x {setup.micro_batch} x "
-                       f"{setup.vocab} / {setup.layout.tp}; kept {logits_stored / mib:,.1f} MiB "
-                       f"({'16-bit, Transformer Engine fused loss' if setup.fused_cross_entropy else 'fp32 softmax for backward'}) "
-                       f"+ transient {logits_transient / mib:,.1f} MiB")
-    if padding_params(setup, inv):
-        explain.append(f"vocabulary padding: {padding_params(setup, inv):,} of the embedding parameters "
-                       f"(vocab {setup.arch.vocab:,} padded to {setup.vocab:,})")
-    return explain
 
 
 def _largest_layer_params(setup: TrainingJob, layers: tuple[int, ...]) -> int:

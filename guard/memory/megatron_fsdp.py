@@ -26,6 +26,7 @@ from guard.job.training_job import DTYPE_BYTES, TrainingJob
 from guard.memory.params import Inventory
 
 STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+COMM_UNIT_FLOOR = 1_000_000_000
 EDGE_ITEMS = ("word embeddings", "position embeddings", "final norm", "output layer (LM head)",
               "output layer (tied copy of the word embeddings)")
 
@@ -54,16 +55,59 @@ def edge_params(inv: Inventory) -> int:
     return sum(n for (_, item), n in inv.items.items() if item in EDGE_ITEMS)
 
 
-def gathered(setup: TrainingJob, inv: Inventory, largest_layer: int) -> tuple[float, float]:
+def gathered(setup: TrainingJob, inv: Inventory, largest_layer: int, units: int = 1) -> tuple[float, float]:
     """Unsharded buckets alive (at the loss, during backward); nothing when the weights are whole.
 
     At the loss the last unit has been released (its forward post-hook) and only the parameters outside the
-    units are whole. In backward a unit is re-gathered with the next one prefetched, and the largest group's
-    gradient is whole until its reduce-scatter."""
+    units are whole. In backward a unit is re-gathered with the next ones prefetched (prefetch_window); its
+    gradient is whole beside the output layer's bucket, which waits in the reduce-scatter queue (up to the
+    communication unit's elements, megatron_fsdp.py's suggested_RS_queue_capacity)."""
     weights, _, grads_sharded = sharded(setup)
     if not weights:
         return 0.0, 0.0
     p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
     edge = edge_params(inv)
-    grad_whole = max(edge, largest_layer) * g_b if grads_sharded else 0.0
-    return edge * p_b, (edge + 2 * largest_layer) * p_b + grad_whole
+    window = prefetch_window(setup, inv, largest_layer, units)
+    grad_whole = (output_bucket(setup, inv) + largest_layer) * g_b if grads_sharded else 0.0
+    return edge * p_b, (edge + window * largest_layer) * p_b + grad_whole
+
+
+def comm_unit(setup: TrainingJob, inv: Inventory, units: int) -> int:
+    """megatron_fsdp.py: --suggested-communication-unit-size, else twice the mean unit's elements, at least 1e9
+    (the code's max(): a floor, though its comment says cap)."""
+    if setup.fsdp_comm_unit:
+        return setup.fsdp_comm_unit
+    return max(COMM_UNIT_FLOOR, (inv.total - edge_params(inv)) // max(1, units) * 2)
+
+
+def prefetch_window(setup: TrainingJob, inv: Inventory, largest_layer: int, units: int) -> int:
+    """Units gathered at once in backward: the current one and those the all-gather prefetches until they reach
+    half the communication unit (AllGatherPipeline.all_gather_params, suggested_AG_prefetch_size), no more than
+    the rank has; --fsdp-double-buffer holds two."""
+    if largest_layer <= 0 or units <= 1:
+        return min(units, 1)
+    prefetched = min(units - 1, math.ceil(comm_unit(setup, inv, units) // 2 / largest_layer))
+    return 1 + (min(prefetched, 1) if setup.fsdp_double_buffer else prefetched)
+
+
+def output_bucket(setup: TrainingJob, inv: Inventory) -> int:
+    """Elements of the gradient bucket that holds the output layer (the tied word embeddings without one): the
+    parameters outside the units, in registration order, close a bucket once it reaches the bucket size
+    (_get_parameter_groups; training.py's default max(4e7, 1e6 x DP x CP), none without --overlap-grad-reduce);
+    a weight shared between stages gets a bucket of its own."""
+    sizes = [(item, n) for item in EDGE_ITEMS for (_, name), n in inv.items.items() if name == item]
+    limit = max(40_000_000, 1_000_000 * setup.dp * setup.layout.cp) if setup.overlap_grad_reduce else None
+    shared = setup.layout.pp > 1 and setup.arch.tied_embeddings
+    target = next((item for item, _ in reversed(sizes) if item.startswith("output layer")), "word embeddings")
+    bucket = 0
+    for item, n in sizes:
+        if shared and item in ("word embeddings", "output layer (tied copy of the word embeddings)"):
+            if item == target:
+                return n
+            continue
+        bucket += n
+        if item == target:
+            return bucket
+        if limit and bucket >= limit:
+            bucket = 0
+    return 0

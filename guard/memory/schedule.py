@@ -13,6 +13,10 @@ max(2, min(stages - id, m)) pipe buffers.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from guard.job.training_job import TrainingJob
 
 
 def warmup(p: int, r: int, m: int, v: int = 1, group: int | None = None) -> int:
@@ -90,3 +94,15 @@ def deepspeed_in_flight(stages: int, stage_id: int, m: int) -> tuple[int, int]:
     """(microbatches with stashed activations, pipe buffers) for DeepSpeed's TrainSchedule."""
     live = min(stages - stage_id, m)
     return live, max(2, live)
+
+
+def stage_stash(setup: TrainingJob, r: int, sizes: list[float], with_embedding: list[float], with_edges: list[float]):
+    """(layers, + embedding, + edges) stashed at the peak, the microbatches in flight then, and pipe buffers."""
+    m, p = setup.num_microbatches, setup.layout.pp
+    if setup.ds_pipeline and p > 1:
+        live, pipe_buffers = deepspeed_in_flight(p, r, m)
+        return sizes[0] * live, with_embedding[0] * live, with_edges[0] * live, live, pipe_buffers
+    stash, inflight = peak_stash(sizes, p, r, m, setup.microbatch_group)
+    stash_all, _ = peak_stash(with_embedding, p, r, m, setup.microbatch_group)
+    stash_edges, _ = peak_stash(with_edges, p, r, m, setup.microbatch_group)
+    return stash, stash_all, stash_edges, inflight, 2

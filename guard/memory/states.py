@@ -20,6 +20,9 @@ class States:
     grads: int = 0
     optimizer: int = 0
     step_transient: int = 0  # allocated only while optimizer.step() runs
+    # allocated by the step and held until the next step's zero_grad: in the step and after it, not in the
+    # forward/backward (Megatron's fp32 copies of 16-bit gradients)
+    step_held: int = 0
     host: int = 0  # CPU RAM this rank's offloaded states take
     explain: list[str] = field(default_factory=list)
     terms: dict[str, int] = field(default_factory=dict)  # device-resident states by name
@@ -46,9 +49,12 @@ def megatron_states(setup: TrainingJob, inv: Inventory, chunks: list[Chunk] | No
                     dp_rank: int | None = None) -> States:
     """Megatron DDP + (distributed) optimizer: the grad buffer is full size, the optimizer shards over DP x CP."""
     p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
-    # 16-bit grads with 16-bit params: the optimizer keeps fp32 copies of the gradients (Megatron's table: 20 B/param)
+    # 16-bit grads with 16-bit params: the step copies the gradients to fp32 (Megatron's table: 20 B/param), and
+    # they live from the step until the next step's zero_grad: optimizer.py _copy_model_grads_to_main_grads
+    # (`main_param.grad = model_param.main_grad.float()`), zero_grad(set_to_none) on fp32_from_float16_groups,
+    # called by training.py train_step before the forward
     grad_copy = 4 if (setup.params_dtype != "fp32" and g_b < 4) else 0
-    per_param_opt = master_bytes(setup) + moment_bytes(setup) + grad_copy
+    per_param_opt = master_bytes(setup) + moment_bytes(setup)
     dense, expert = inv.dense, inv.bucket("expert")
     # several optimizer instances: each shards over its part of DP x CP (distributed_data_parallel.py
     # intra_dp_cp_group / intra_expt_dp_group), so a rank holds `instances` times more
@@ -56,6 +62,7 @@ def megatron_states(setup: TrainingJob, inv: Inventory, chunks: list[Chunk] | No
     d_expert = max(1, setup.layout.expert_dp // setup.optimizer_instances) if setup.distributed_optimizer else 1
     out = States(params=(dense + expert) * p_b, grads=(dense + expert) * g_b)
     out.optimizer = math.ceil(dense * per_param_opt / d_dense) + math.ceil(expert * per_param_opt / d_expert)
+    out.step_held = math.ceil(dense * grad_copy / d_dense) + math.ceil(expert * grad_copy / d_expert)
     if setup.optimizer == "muon" and chunks is not None:
         out.optimizer = muon.optimizer_bytes(setup, chunks, master_bytes(setup), dp_rank)
         out.explain = [f"params = {dense + expert:,} x {p_b} B, grads {g_b} B; optimizer: Muon keeps one "
@@ -67,7 +74,8 @@ def megatron_states(setup: TrainingJob, inv: Inventory, chunks: list[Chunk] | No
         weights, optim, grads = megatron_fsdp.sharded(setup)
         out.params = megatron_fsdp.per_rank(setup, inv, p_b, weights)
         out.grads = megatron_fsdp.per_rank(setup, inv, g_b, grads)
-        out.optimizer = megatron_fsdp.per_rank(setup, inv, per_param_opt, optim)
+        out.optimizer = megatron_fsdp.per_rank(setup, inv, per_param_opt + grad_copy, optim)
+        out.step_held = 0
         out.explain = [(f"Megatron FSDP {setup.fsdp_sharding}: params {p_b} B, grads {g_b} B, optimizer "
                         f"{per_param_opt} B per parameter; sharded over DP x CP (experts: expert DP): "
                         f"params {weights}, grads {grads}, optimizer {optim}")]
@@ -75,8 +83,8 @@ def megatron_states(setup: TrainingJob, inv: Inventory, chunks: list[Chunk] | No
     out.explain = [
         f"params = {dense + expert:,} x {p_b} B ({setup.params_dtype})",
         f"grads = {dense + expert:,} x {g_b} B ({setup.grads_dtype} gradient buffer, full size on every rank)",
-        f"optimizer = {per_param_opt} B/param (master {master_bytes(setup)} + moments {moment_bytes(setup)}"
-        f"{' + fp32 grad copy 4' if grad_copy else ''})"
+        f"optimizer = {per_param_opt} B/param (master {master_bytes(setup)} + moments {moment_bytes(setup)})"
+        + (" + the fp32 gradient copy 4 B/param from the step to the next zero_grad" if grad_copy else "")
         + (f" / {d_dense} (distributed optimizer over DP x CP"
            + (f" / {setup.optimizer_instances} instances" if setup.optimizer_instances > 1 else "") + ")"
            if d_dense > 1 else "")

@@ -20,6 +20,8 @@ def to_dict(est: Estimate) -> dict:
                           # each phase's allocated bytes, before the terms every phase holds (reference, vLLM)
                           "phases": dict(st.phases),
                           "peak_bytes": st.peak_bytes, "host_bytes": st.host_bytes,
+                          # allocated between steps: states, buffers and the CUDA graphs' static buffers
+                          "resident_bytes": st.resident_bytes,
                           "lower_bytes": st.margin.lower if st.margin else None,
                           "upper_bytes": st.margin.upper if st.margin else None,
                           "params_by_bucket": {b: st.inventory.bucket(b) for b in

@@ -12,7 +12,8 @@ COLUMNS = (("params", "params"), ("grads", "grads"), ("optimizer", "optim"), ("a
            ("embedding_activations", "emb"), ("logits", "logits"), ("buffers", "buffers"),
            ("transient", "transient"), ("runtime", "runtime"))
 # a column for each model or engine a preference or RL trainer adds, where the estimate has one
-EXTRA_COLUMNS = (("reference", "ref model"), ("vllm_engine", "vLLM"), ("generation", "gen KV"), ("teacher", "teacher"))
+EXTRA_COLUMNS = (("reference", "ref model"), ("vllm_engine", "vLLM"), ("generation", "gen KV"), ("teacher", "teacher"),
+                 ("cuda_graph_buffers", "graph bufs"))
 
 
 def columns(est: Estimate) -> tuple[tuple[str, str], ...]:
@@ -169,8 +170,9 @@ def _explain(est: Estimate, out: TextIO) -> None:
         if s.recompute == "full":
             out.write(f"  full recompute ({s.recompute_method}, {s.recompute_num_layers} layers per checkpoint): "
                       f"only each group's input is stashed\n")
-        for section in ("transient", "buffers", "gradient reduction", "optimizer step", "runtime"):
-            parts = {k: v for k, v in st.terms[section].items() if v}
+        for section in ("transient", "buffers", "cuda graph buffers", "gradient reduction", "optimizer step",
+                        "runtime"):
+            parts = {k: v for k, v in st.terms.get(section, {}).items() if v}
             if parts:
                 out.write(f"{section}:\n")
                 for name, value in parts.items():
