@@ -130,3 +130,16 @@ def test_eager_warmup_steps_keep_the_eager_peak(tmp_path):
     added = sum(graphed.terms["cuda graph buffers"].values())
     assert graphed.resident_bytes - plain.resident_bytes == pytest.approx(added, abs=1)
     assert plain.resident_bytes == sum(plain.components[c] for c in ("params", "grads", "optimizer", "buffers"))
+
+
+def test_the_pool_stays_on_the_device_beside_replayed_steps(tmp_path):
+    """What replays leave out of max_memory_allocated is still on the device: the pool reserved at capture. PP 1,
+    whole layers, no warm-up: the device peak (the allocated peak + runtime's pool term) is the replayed step's
+    allocations + the pool, which holds every layer's saved tensors again: at least the eager peak plus the static
+    buffers, whichever phase the allocated peak falls in."""
+    eager = estimate_stage(_job(tmp_path, ""), 0)
+    graphed = estimate_stage(_job(tmp_path, "--cuda-graph-impl transformer_engine --cuda-graph-warmup-steps 0"), 0)
+    assert graphed.phase == "CUDA graph capture"
+    pool = graphed.terms["runtime"]["CUDA graph pool (reserved, beside replayed steps)"]
+    static = sum(graphed.terms["cuda graph buffers"].values())
+    assert graphed.phases["CUDA graph capture"] + pool >= eager.phases["forward/backward"] + static

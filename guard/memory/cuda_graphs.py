@@ -5,7 +5,8 @@ inner tensors are freed into the pool and a replay allocates nothing, so a repla
 out what the captured parts save for backward; what stays allocated are the static inputs, the shared gradient
 buffers and the eager parts. The peak since start is the largest of the eager warm-up steps (run before capture
 unless --cuda-graph-warmup-steps 0), the capture itself (the graphed parts of every microbatch in flight, in the
-schedule's order) and the replayed steps.
+schedule's order) and the replayed steps. The pool stays reserved beside a replayed step's allocations, so the
+device holds both (estimate.py adds it as a runtime term: reserved, not allocated).
 Sources, megatron-core 0.16.1: transformer/cuda_graphs.py (TECudaGraphHelper._get_sample_arguments: one static
 input set per (layer, microbatch) in flight, reused once its backward has run; one microbatch without PP),
 transformer/module.py and transformer_layer.py (get_layer_static_inputs: bf16 hidden states [s/cp(/tp), b, h] and,
@@ -42,7 +43,7 @@ def graphed_share(setup: TrainingJob, index: int, terms: dict[str, float]) -> fl
     attn = graphs.captures("attn")
     # the pre-MLP norm is captured with the dense MLP, or with a MoE layer's router (or the whole MoE)
     mlp_side = graphs.captures("moe_router") if moe else graphs.captures("mlp")
-    whole_moe = moe and graphs.captures("moe") and "moe" in (graphs.modules or ("moe",))
+    whole_moe = moe and graphs.captures("moe")  # whole layers, or the drop-and-pad MoE captured whole
     n = max(1, arch.norms_per_layer)
     total = 0.0
     for label, size in terms.items():
@@ -52,9 +53,7 @@ def graphed_share(setup: TrainingJob, index: int, terms: dict[str, float]) -> fl
             part = 0.5 * attn + 0.5 * mlp_side
         elif label in ATTENTION:
             part = float(attn)
-        elif label in MLP:
-            part = float(mlp_side)
-        elif label in ROUTER:
+        elif label in MLP or label in ROUTER:
             part = float(mlp_side)
         elif label in PREPROCESS:
             part = float(whole_moe or graphs.captures("moe_preprocess"))
@@ -148,17 +147,24 @@ def chunk_graphed(setup: TrainingJob, chunk) -> tuple[float, float]:
     return graphed, graphed + outputs
 
 
+def pool_bytes(setup: TrainingJob, r: int, chunks, grad_temps: float) -> float:
+    """What the private pool reserves: the capture's graphed bytes of every microbatch in flight (one microbatch
+    without PP) and one layer's backward gradients (the capture's peak inside the pool)."""
+    capture = [kept for _, kept in (chunk_graphed(setup, c) for c in chunks)]
+    p, m = setup.layout.pp, setup.num_microbatches
+    held = capture[0] if p == 1 else schedule.peak_stash(capture, p, r, m, setup.microbatch_group)[0]
+    return held + grad_temps
+
+
 def phases(setup: TrainingJob, r: int, chunks, sizes, transient: float, grad_temps: float, at_loss) -> dict:
     """{phase: ((stash, + embedding, + edges), transient)} the graphs add on stage r. sizes: per chunk, one
     microbatch's (layers, + embedding, + edges) as estimate.py prices them eagerly; at_loss(inflight): what the
     loss stage holds beside its edge for that many microbatches."""
     graphed = [chunk_graphed(setup, c) for c in chunks]
-    p, m, group = setup.layout.pp, setup.num_microbatches, setup.microbatch_group
     out = {}
     if setup.cuda_graphs.impl == "transformer_engine":
         # capture runs only the graphed callables: one microbatch without PP, else the schedule's order
-        capture = [kept for _, kept in graphed]
-        held = capture[0] if p == 1 else schedule.peak_stash(capture, p, r, m, group)[0]
+        held = pool_bytes(setup, r, chunks, 0.0)
         out["CUDA graph capture"] = ((held, held, held), grad_temps)
     lighter = [[size - g for size, (g, _) in zip(column, graphed)] for column in sizes]
     stash, stash_all, stash_edges, inflight, _ = schedule.stage_stash(setup, r, *lighter)

@@ -189,7 +189,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     phases.update({name: static + kept + work for name, (kept, work) in extra.items()})
     transients.update({name: work for name, (_, work) in extra.items()})
     phase = max(phases, key=phases.get)
-    runtime = overheads.runtime(setup, phases[phase])
+    runtime = {**overheads.runtime(setup, phases[phase]), **_graph_pool(setup, r, chunks, phases, phase, grad_temps)}
     kept = held[phase][0] if phase in held else (stash, stash_all, stash_edges) if phase == "reference forward" \
         else (0.0, 0.0, 0.0)
     components = _components(states, kept, buf, transients[phase], runtime)
@@ -221,6 +221,18 @@ def _components(states, kept: tuple[float, float, float], buf: dict, transient: 
             "activations": round(kept[0]), "embedding_activations": round(kept[1] - kept[0]),
             "logits": round(kept[2] - kept[1]), "buffers": round(sum(buf.values())),
             "transient": round(transient), "runtime": round(sum(runtime.values()))}
+
+
+def _graph_pool(setup: TrainingJob, r: int, chunks, phases: dict, phase: str, grad_temps: float) -> dict:
+    """The CUDA graphs' private pool: reserved from the capture on, not allocated while replays run, so the device
+    holds it beside a replayed step's allocations (cuda_graphs.pool_bytes); what that adds beyond the peak."""
+    graphs = setup.cuda_graphs
+    if graphs is None or graphs.full_iteration:
+        return {}
+    after = [v for name, v in phases.items() if name not in ("forward/backward", "CUDA graph capture")]
+    pool = cuda_graphs.pool_bytes(setup, r, chunks, grad_temps)
+    return {"CUDA graph pool (reserved, beside replayed steps)": max(0.0, max(after, default=0.0) + pool
+                                                                   - phases[phase])}
 
 
 def _graphed(setup: TrainingJob, r: int, chunks, sizes, held: dict, grad_temps: float) -> dict[str, float]:
