@@ -185,6 +185,10 @@ def test_megatron_fsdp_prefetches_half_a_communication_unit_in_backward():
     assert fsdp.prefetch_window(job, inv, layer, 32) == 4
     job, inv, fsdp = _fsdp("--fsdp-double-buffer")
     assert fsdp.prefetch_window(job, inv, layer, 32) == 2
+    # its two pools (bf16 weights, fp32 gradients) are kept for good: buffers, held after the step too
+    stage = estimate_stage(job, 0)
+    pools = stage.terms["buffers"]["Megatron FSDP double buffer (two units' weights and gradients)"]
+    assert pools == 2 * layer * (2 + 4) and stage.resident_bytes >= pools
     job, inv, fsdp = _fsdp("--suggested-communication-unit-size 300000000")
     assert fsdp.prefetch_window(job, inv, layer, 32) == 2
     job, inv, fsdp = _fsdp()

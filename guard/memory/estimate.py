@@ -47,7 +47,7 @@ class StageEstimate:
     inventory: Inventory
     inflight: float  # microbatches (virtual microbatches when interleaved) stashed at the peak
     components: dict[str, int]
-    phase: str  # "forward/backward" or "optimizer step"
+    phase: str  # the peak phase: "forward/backward", "optimizer step", a CUDA graph or post-training phase
     phases: dict[str, int]  # allocated bytes of each phase
     host_bytes: int
     resident_bytes: int = 0  # allocated between steps: states, buffers and the CUDA graphs' static buffers
@@ -172,7 +172,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     largest_layer = _largest_layer_params(setup, all_layers)
     buf, step_buf = overheads.buffers(setup, inv.total, largest_layer, inv.bucket(REPLICATED), pipe_buffers)
     static = states.params + states.grads + states.optimizer + sum(buf.values())
-    fsdp_loss, fsdp_backward = _gathered(setup, inv, largest_layer, len(all_layers))
+    fsdp_loss, fsdp_backward = _gathered(setup, inv, largest_layer, max((len(c.layers) for c in chunks), default=0))
     at_loss, in_backward = logits_transient + fsdp_loss, working + grad_temps + dequant + fsdp_backward
     held = {"forward/backward": ((stash, stash_all, stash_edges), max(at_loss, in_backward))}
     graph_buf = _graphed(setup, r, chunks, (sizes, with_embedding, with_edges), held, grad_temps)
@@ -249,7 +249,9 @@ def _graphed(setup: TrainingJob, r: int, chunks, sizes, held: dict, grad_temps: 
 
 
 def _gathered(setup: TrainingJob, inv, largest_layer: int, units: int) -> tuple[float, float]:
-    """FSDP's whole parameters and gradients (at the loss, in backward): Megatron FSDP's or torch FSDP's."""
+    """FSDP's whole parameters and gradients (at the loss, in backward): Megatron FSDP's or torch FSDP's. units:
+    the layers of the stage's largest model chunk (each chunk is its own FSDP instance: training.py wraps them one
+    by one, so a prefetch stays within its chunk)."""
     if setup.fsdp_sharding:
         return megatron_fsdp.gathered(setup, inv, largest_layer, units)
     if setup.torch_fsdp2 or setup.hf_fsdp:

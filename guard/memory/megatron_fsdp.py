@@ -67,9 +67,20 @@ def gathered(setup: TrainingJob, inv: Inventory, largest_layer: int, units: int 
         return 0.0, 0.0
     p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
     edge = edge_params(inv)
+    if setup.fsdp_double_buffer:  # the units' weights and gradients live in the persistent pools (double_buffer)
+        return edge * p_b, edge * p_b + (output_bucket(setup, inv) * g_b if grads_sharded else 0.0)
     window = prefetch_window(setup, inv, largest_layer, units)
     grad_whole = (output_bucket(setup, inv) + largest_layer) * g_b if grads_sharded else 0.0
     return edge * p_b, (edge + window * largest_layer) * p_b + grad_whole
+
+
+def double_buffer(setup: TrainingJob, largest_layer: int) -> dict[str, float]:
+    """--fsdp-double-buffer: FixedPoolAllocator pools of two units for the gathered weights and for the whole
+    gradients (param_and_grad_buffer.py, size UB_BUFFER_NUM = 2), allocated at first use and kept for good."""
+    if not (setup.fsdp_double_buffer and setup.fsdp_sharding == "optim_grads_params"):
+        return {}
+    p_b, g_b = DTYPE_BYTES[setup.params_dtype], DTYPE_BYTES[setup.grads_dtype]
+    return {"Megatron FSDP double buffer (two units' weights and gradients)": 2 * largest_layer * (p_b + g_b)}
 
 
 def comm_unit(setup: TrainingJob, inv: Inventory, units: int) -> int:
@@ -83,7 +94,7 @@ def comm_unit(setup: TrainingJob, inv: Inventory, units: int) -> int:
 def prefetch_window(setup: TrainingJob, inv: Inventory, largest_layer: int, units: int) -> int:
     """Units gathered at once in backward: the current one and those the all-gather prefetches until they reach
     half the communication unit (AllGatherPipeline.all_gather_params, suggested_AG_prefetch_size), no more than
-    the rank has; --fsdp-double-buffer holds two."""
+    the rank has; --fsdp-double-buffer holds two (need_skip_prefetch), in its pools."""
     if largest_layer <= 0 or units <= 1:
         return min(units, 1)
     prefetched = min(units - 1, math.ceil(comm_unit(setup, inv, units) // 2 / largest_layer))

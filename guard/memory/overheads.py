@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from guard.job.training_job import DTYPE_BYTES, TrainingJob
-from guard.memory import workspaces
+from guard.memory import megatron_fsdp, workspaces
 from guard.memory.zero_layout import largest_tensor
 from guard.memory.zero_paths import bucket_terms
 from guard.units import MIB
@@ -85,6 +85,7 @@ def buffers(setup: TrainingJob, rank_params: int, largest_layer_params: int, rep
             pad = math.lcm(max(1, setup.dp * setup.layout.cp // setup.optimizer_instances), 128)
             out["gradient-buffer padding"] = math.ceil(rank_params / bucket) * pad * (
                 p_b + DTYPE_BYTES[setup.grads_dtype])
+        out.update(megatron_fsdp.double_buffer(setup, largest_layer_params))
         return out, step
     stage = setup.zero_stage
     if stage in (1, 2):
