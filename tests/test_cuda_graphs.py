@@ -143,3 +143,20 @@ def test_the_pool_stays_on_the_device_beside_replayed_steps(tmp_path):
     pool = graphed.terms["runtime"]["CUDA graph pool (reserved, beside replayed steps)"]
     static = sum(graphed.terms["cuda graph buffers"].values())
     assert graphed.phases["CUDA graph capture"] + pool >= eager.phases["forward/backward"] + static
+
+
+@pytest.mark.parametrize(("extra", "impl", "modules", "warmup", "full"), [
+    ("", None, None, None, None),
+    ("--enable-cuda-graph", "local", (), 3, False),  # arguments.py: deprecated spelling of --cuda-graph-impl local
+    ("--external-cuda-graph", "transformer_engine", (), 3, False),
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router --cuda-graph-warmup-steps 0",
+     "transformer_engine", ("attn", "moe_router"), 0, False),
+    ("--cuda-graph-impl transformer_engine --cuda-graph-modules mlp", "transformer_engine", ("mlp",), 3, False),
+    ("--cuda-graph-impl local --cuda-graph-scope full_iteration", "local", (), 3, True),
+])
+def test_the_flags_are_read_once_into_the_job(tmp_path, extra, impl, modules, warmup, full):
+    graphs = _job(tmp_path, extra).cuda_graphs
+    if impl is None:
+        assert graphs is None
+        return
+    assert (graphs.impl, graphs.modules, graphs.warmup_steps, graphs.full_iteration) == (impl, modules, warmup, full)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# CudaGraphScope (megatron/core/transformer/enums.py); an empty selection captures whole layers
-LAYER_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
-
 
 @dataclass(frozen=True)
 class CudaGraphs:
     """--cuda-graph-impl (or the older --enable-cuda-graph / --external-cuda-graph) and what it captures."""
 
     impl: str  # local (megatron's CudaGraphManager) | transformer_engine (TE's make_graphed_callables)
-    modules: tuple[str, ...] = ()  # --cuda-graph-scope / --cuda-graph-modules; () = every layer whole
+    # --cuda-graph-scope / --cuda-graph-modules, CudaGraphScope's names (attn, mlp, moe, moe_router,
+    # moe_preprocess, mamba: megatron/core/transformer/enums.py); () = every layer whole
+    modules: tuple[str, ...] = ()
     warmup_steps: int = 3  # --cuda-graph-warmup-steps: steps run eagerly before the graphs are captured
     full_iteration: bool = False  # local impl capturing the whole forward-backward (FullCudaGraphWrapper)
 
