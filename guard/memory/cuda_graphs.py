@@ -147,26 +147,27 @@ def chunk_graphed(setup: TrainingJob, chunk) -> tuple[float, float]:
     return graphed, graphed + outputs
 
 
-def pool_bytes(setup: TrainingJob, r: int, chunks, grad_temps: float) -> float:
-    """What the private pool reserves: the capture's graphed bytes of every microbatch in flight (one microbatch
-    without PP) and one layer's backward gradients (the capture's peak inside the pool)."""
-    capture = [kept for _, kept in (chunk_graphed(setup, c) for c in chunks)]
+def _capture_held(setup: TrainingJob, r: int, graphed: list[tuple[float, float]]) -> float:
+    """The capture's graphed bytes of every microbatch in flight (one microbatch without PP), from each chunk's
+    chunk_graphed."""
+    capture = [kept for _, kept in graphed]
     p, m = setup.layout.pp, setup.num_microbatches
-    held = capture[0] if p == 1 else schedule.peak_stash(capture, p, r, m, setup.microbatch_group)[0]
-    return held + grad_temps
+    return capture[0] if p == 1 else schedule.peak_stash(capture, p, r, m, setup.microbatch_group)[0]
 
 
-def phases(setup: TrainingJob, r: int, chunks, sizes, transient: float, grad_temps: float, at_loss) -> dict:
-    """{phase: ((stash, + embedding, + edges), transient)} the graphs add on stage r. sizes: per chunk, one
-    microbatch's (layers, + embedding, + edges) as estimate.py prices them eagerly; at_loss(inflight): what the
-    loss stage holds beside its edge for that many microbatches."""
+def phases(setup: TrainingJob, r: int, chunks, sizes, transient: float, grad_temps: float,
+           at_loss) -> tuple[dict, float]:
+    """({phase: ((stash, + embedding, + edges), transient)} the graphs add on stage r, the bytes their private pool
+    reserves). sizes: per chunk, one microbatch's (layers, + embedding, + edges) as estimate.py prices them eagerly;
+    at_loss(inflight): what the loss stage holds beside its edge for that many microbatches. The pool holds the
+    capture's peak: its graphed bytes in flight and one layer's backward gradients."""
     graphed = [chunk_graphed(setup, c) for c in chunks]
+    held = _capture_held(setup, r, graphed)
     out = {}
     if setup.cuda_graphs.impl == "transformer_engine":
         # capture runs only the graphed callables: one microbatch without PP, else the schedule's order
-        held = pool_bytes(setup, r, chunks, 0.0)
         out["CUDA graph capture"] = ((held, held, held), grad_temps)
     lighter = [[size - g for size, (g, _) in zip(column, graphed)] for column in sizes]
     stash, stash_all, stash_edges, inflight, _ = schedule.stage_stash(setup, r, *lighter)
     out["forward/backward (CUDA graphs replayed)"] = ((stash, stash_all, stash_edges + at_loss(inflight)), transient)
-    return out
+    return out, held + grad_temps

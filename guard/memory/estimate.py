@@ -175,7 +175,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     fsdp_loss, fsdp_backward = _gathered(setup, inv, largest_layer, max((len(c.layers) for c in chunks), default=0))
     at_loss, in_backward = logits_transient + fsdp_loss, working + grad_temps + dequant + fsdp_backward
     held = {"forward/backward": ((stash, stash_all, stash_edges), max(at_loss, in_backward))}
-    graph_buf = _graphed(setup, r, chunks, (sizes, with_embedding, with_edges), held, grad_temps)
+    graph_buf, pool = _graphed(setup, r, chunks, (sizes, with_embedding, with_edges), held, grad_temps)
     resident = static + sum(graph_buf.values())  # what a step starts from (the graphs' buffers once captured)
     # ZeRO-1 reducing after backward holds gradients beyond its partition until the reduce (zero_paths.py);
     # the last microbatch's activations are gone by then
@@ -189,7 +189,7 @@ def estimate_stage(setup: TrainingJob, r: int, detail: bool = True, dp_rank: int
     phases.update({name: static + kept + work for name, (kept, work) in extra.items()})
     transients.update({name: work for name, (_, work) in extra.items()})
     phase = max(phases, key=phases.get)
-    runtime = {**overheads.runtime(setup, phases[phase]), **_graph_pool(setup, r, chunks, phases, phase, grad_temps)}
+    runtime = {**overheads.runtime(setup, phases[phase]), **_graph_pool(phases, phase, pool)}
     kept = held[phase][0] if phase in held else (stash, stash_all, stash_edges) if phase == "reference forward" \
         else (0.0, 0.0, 0.0)
     components = _components(states, kept, buf, transients[phase], runtime)
@@ -223,29 +223,29 @@ def _components(states, kept: tuple[float, float, float], buf: dict, transient: 
             "transient": round(transient), "runtime": round(sum(runtime.values()))}
 
 
-def _graph_pool(setup: TrainingJob, r: int, chunks, phases: dict, phase: str, grad_temps: float) -> dict:
-    """The CUDA graphs' private pool: reserved from the capture on, not allocated while replays run, so the device
-    holds it beside a replayed step's allocations (cuda_graphs.pool_bytes); what that adds beyond the peak."""
-    graphs = setup.cuda_graphs
-    if graphs is None or graphs.full_iteration:
+def _graph_pool(phases: dict, phase: str, pool: float | None) -> dict:
+    """The CUDA graphs' private pool (None: no per-layer graphs): reserved from the capture on, not allocated while
+    replays run, so the device holds it beside a replayed step's allocations; what that adds beyond the peak."""
+    if pool is None:
         return {}
     after = [v for name, v in phases.items() if name not in ("forward/backward", "CUDA graph capture")]
-    pool = cuda_graphs.pool_bytes(setup, r, chunks, grad_temps)
     return {"CUDA graph pool (reserved, beside replayed steps)": max(0.0, max(after, default=0.0) + pool
                                                                    - phases[phase])}
 
 
-def _graphed(setup: TrainingJob, r: int, chunks, sizes, held: dict, grad_temps: float) -> dict[str, float]:
-    """CUDA graphs: their static buffers (returned) and their phases added to `held` (cuda_graphs.py); the eager
-    forward/backward is dropped when no eager step runs before the capture."""
+def _graphed(setup: TrainingJob, r: int, chunks, sizes, held: dict,
+             grad_temps: float) -> tuple[dict[str, float], float | None]:
+    """CUDA graphs: their static buffers and their pool's bytes (returned), their phases added to `held`
+    (cuda_graphs.py); the eager forward/backward is dropped when no eager step runs before the capture."""
     graphs = setup.cuda_graphs
     if graphs is None or graphs.full_iteration:
-        return {}
-    held.update(cuda_graphs.phases(setup, r, chunks, sizes, held["forward/backward"][1], grad_temps,
-                                   lambda inflight: _held_at_loss(setup, chunks, inflight)))
+        return {}, None
+    added, pool = cuda_graphs.phases(setup, r, chunks, sizes, held["forward/backward"][1], grad_temps,
+                                     lambda inflight: _held_at_loss(setup, chunks, inflight))
+    held.update(added)
     if not graphs.eager_first:
         del held["forward/backward"]
-    return cuda_graphs.static_bytes(setup, r, chunks)
+    return cuda_graphs.static_bytes(setup, r, chunks), pool
 
 
 def _gathered(setup: TrainingJob, inv, largest_layer: int, units: int) -> tuple[float, float]:
