@@ -230,7 +230,7 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
         # requires_grad False: DDP allocates no gradient buffer and the optimizer holds no state for these
         # weights (megatron/core/distributed/distributed_data_parallel.py and optimizer/__init__.py take
         # only parameters that require grad); only the weights stay
-        out.grads = out.optimizer = out.step_transient = out.host = 0
+        out.grads = out.optimizer = out.step_transient = out.step_held = out.host = 0
         out.terms = {k: v for k, v in out.terms.items() if k == "parameters"}
         out.step_terms, out.host_terms, out.reduce_terms = {}, {}, {}
         out.explain.append("the language model is frozen (--freeze-LM): no gradients, no optimizer state")
@@ -240,9 +240,10 @@ def model_states(setup: TrainingJob, inv: Inventory, dp_rank: int | None = None,
 def _torch_fsdp2_states(setup: TrainingJob, inv: Inventory) -> States:
     """Megatron --use-torch-fsdp2: every state sharded over DP x CP (torch_fsdp.py)."""
     parts = torch_fsdp.megatron_states(setup, inv)
+    # the fp32 gradient copies are Float16OptimizerWithFloat16Params' own, living to the next zero_grad
+    # (megatron_states' step_held)
     out = States(params=parts["params"], grads=parts["grads"], optimizer=parts["optimizer"],
-                 step_transient=parts["step"], terms={k: v for k, v in parts.items() if k != "step"},
-                 step_terms={"fp32 gradient copies": parts["step"]} if parts["step"] else {})
+                 step_held=parts["step"], terms={k: v for k, v in parts.items() if k != "step"})
     out.explain = [f"torch FSDP2 over DP x CP = {setup.dp * setup.layout.cp}: " +
                    ", ".join(f"{k} {v:,} B" for k, v in parts.items())]
     return out

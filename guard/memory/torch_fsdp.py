@@ -11,7 +11,8 @@ ranks to the byte.
 Megatron-LM's --use-torch-fsdp2 (megatron/core/distributed/torch_fully_sharded_data_parallel.py; arguments.py
 requires PP 1, EP 1, no distributed optimizer): Float16Module casts the model to bf16 before fully_shard shards it
 over DP x CP; the mixed-precision optimizer (optimizer/optimizer.py Float16OptimizerWithFloat16Params) keeps an
-fp32 main copy of each local shard and Adam's two fp32 moments, and copies the bf16 gradients to fp32 for the step.
+fp32 main copy of each local shard and Adam's two fp32 moments, and copies the bf16 gradients to fp32 at the step,
+held until the next step's zero_grad.
 Guard prices Megatron's shards at numel / n: the rows padded to a multiple of n are at most n - 1 a tensor.
 """
 
@@ -38,7 +39,7 @@ def local_bytes(shapes: list[tuple[int, ...]], n: int, rank: int, nbytes: int) -
 
 def megatron_states(setup, inv) -> dict[str, int]:
     """Megatron --use-torch-fsdp2, one rank: bf16 weights and gradients, fp32 main weights and two moments, all
-    sharded over DP x CP; the fp32 gradient copies exist only during the step."""
+    sharded over DP x CP; the fp32 gradient copies ("step") from the step until the next zero_grad."""
     from guard.job.training_job import DTYPE_BYTES
 
     n = max(1, setup.dp * setup.layout.cp)
