@@ -9,10 +9,9 @@ from guard.errors import InputError
 from guard.intake.model import given_model
 from guard.intake.request import Request
 from guard.intake.world import decide
-from guard.job import model_ref, trainer_fill
+from guard.job import model_ref, openrlhf, trainer_fill
 from guard.job.architecture import Architecture
 from guard.job.finetune_config import FineTuneConfig
-from guard.job import openrlhf
 from guard.job.finetune_dialects import HF_PROGRAM, OPENRLHF
 from guard.job.from_finetune import deepspeed_file, read_finetune
 from guard.job.origin import Origin

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from guard.diagnostic import Span
 from guard.inputs import find_near
 from guard.job import finetune_argv as argv
-from guard.job.finetune_config import FineTuneConfig, Where, read
 from guard.job import openrlhf
+from guard.job.finetune_config import FineTuneConfig, Where, read
 from guard.job.finetune_dialects import AXOLOTL, HF_PROGRAM, LLAMAFACTORY, OPENRLHF, TRL, TRL_FLAGS, Dialect
 from guard.launchers import registry, trainers
 from guard.launchers.chain import Launch, find_launches

@@ -11,8 +11,6 @@ from guard.job.origin import Origin
 from guard.sources.document import Document, escape
 
 TRUE = {"true", "1", "yes", "on"}
-
-
 OFF = (None, False, "", [], {}, "none")  # a trainer option written but switched off
 
 
@@ -22,6 +20,7 @@ def as_int(value) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
 
 @dataclass(frozen=True)
 class Where:

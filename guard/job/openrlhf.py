@@ -30,7 +30,6 @@ def module_of(program: str) -> str | None:
     return parts[2] if len(parts) == 3 and parts[:2] == ["openrlhf", "cli"] else None
 
 
-
 def deepspeed_config(ft) -> dict:
     """The DeepSpeed config get_ds_train_config builds from the flags of `ft` (an OPENRLHF FineTuneConfig)."""
     stage = as_int(ft.get("zero_stage"))

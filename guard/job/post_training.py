@@ -59,7 +59,6 @@ class PostTraining:
         return round(self.vllm_share * gpu_total) if self.vllm_share is not None else 0
 
 
-
 def generation_batch(ft, micro_batch: int, world: int) -> tuple[int, str]:
     """(completions per generation over all ranks, how it is made) as GRPOConfig.__post_init__ makes it:
     generation_batch_size when written, else per_device_train_batch_size x processes x steps_per_generation, whose

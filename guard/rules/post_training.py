@@ -4,7 +4,6 @@ the trainer little of its GPU (TRL f2cd5771 trainer/grpo_config.py GRPOConfig.__
 from __future__ import annotations
 
 from guard.job.finetune_config import as_int
-
 from guard.job.post_training import generation_batch
 from guard.rules.finetune_context import FineTuneCheck
 from guard.rules.registry import check, rule
@@ -49,7 +48,6 @@ SERVER_SHARE = rule(
                 "(or --vllm_enable_sleep_mode, or vllm_mode server on other GPUs)",
     references=(GRPO_CONFIG, "TRL trainer/grpo_trainer.py: GRPOTrainer.__init__ (LLM(gpu_memory_utilization=...))"),
 )
-
 
 
 @check(GENERATION_GROUPS, TOO_FEW_GENERATIONS, SERVER_SHARE, target="finetune")
