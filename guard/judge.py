@@ -67,7 +67,8 @@ class Judge:
                 registered.fn(ctx)
 
     def _runs(self, registered) -> bool:
-        return (self.memory or not registered.family.startswith("memory")) and any(self.wanted(r.code) for r in registered.rules)
+        return (self.memory or not registered.family.startswith("memory")) and \
+            any(self.wanted(r.code) for r in registered.rules)
 
     def _deepspeed(self, subject: Subject) -> list[Diagnostic]:
         """The DeepSpeed rules over the subject's config: the document as written, the job read from it."""

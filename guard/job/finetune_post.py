@@ -114,5 +114,6 @@ def _fused_head(job: TrainingJob, ft: FineTuneConfig, method: str) -> None:
     else:
         job.scored_tokens = seq
         scored = "every labelled token (prompt tokens masked by the trainer are priced too: an upper bound)"
-    job.notes.append(f"TRL {text + ' (installed)' if text else '>= 1.15 (not installed: the current release)'} scores {scored} "
-                     "through its fused LM head in tiles: no whole logits (trl/kernels/chunked_logprob.py)")
+    which = f"{text} (installed)" if text else ">= 1.15 (not installed: the current release)"
+    job.notes.append(f"TRL {which} scores {scored} through its fused LM head in tiles: no whole logits "
+                     "(trl/kernels/chunked_logprob.py)")

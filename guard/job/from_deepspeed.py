@@ -109,8 +109,8 @@ def read_deepspeed(config: dict, label: str, arch: Architecture | None, world: W
     tensor_parallel = config.get("tensor_parallel")
     autotp = tensor_parallel.get("autotp_size", 1) if isinstance(tensor_parallel, dict) else 1
     # Ulysses sequence parallelism: each sequence is split over `sequence_parallel_size` ranks. With
-    # data_parallel_size beside it DeepSpeed builds its device mesh and ZeRO-1/2 partition over its DP axis alone; alone,
-    # it is an mpu's (ALST through accelerate) and ZeRO partitions over DP x SP (layout.zero_shards)
+    # data_parallel_size beside it DeepSpeed builds its device mesh and ZeRO-1/2 partition over its DP axis alone;
+    # alone, it is an mpu's (ALST through accelerate) and ZeRO partitions over DP x SP (layout.zero_shards)
     sp = config.get("sequence_parallel_size", 1)
     sp = sp if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 else 1
     layout = ParallelLayout(world=world.size, gpus_per_node=world.gpus_per_node,

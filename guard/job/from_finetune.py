@@ -96,8 +96,9 @@ def read_finetune(ft: FineTuneConfig, arch: Architecture | None, world: World, *
     if (fsdp := _fsdp(ft, job)) is not None:
         job.missing["fsdp"] = fsdp
     elif job.hf_fsdp:
-        job.notes.append(f"torch FSDP ({job.hf_fsdp}) over {'each node' if job.hf_fsdp.startswith('hybrid') else 'every rank'}: "
-                         "weights, gradients and optimizer states sharded as memory/torch_fsdp.py prices them")
+        over = "each node" if job.hf_fsdp.startswith("hybrid") else "every rank"
+        job.notes.append(f"torch FSDP ({job.hf_fsdp}) over {over}: weights, gradients and optimizer states sharded "
+                         "as memory/torch_fsdp.py prices them")
     elif job.hf_ddp:
         job.notes.append("no DeepSpeed file: the HF Trainer runs torch DDP (its own optimizer, no ZeRO)")
     if arch is not None:

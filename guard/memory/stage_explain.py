@@ -21,9 +21,9 @@ def stage_explain(setup: TrainingJob, inv: Inventory, chunks, sizes: list[float]
                        f"{[round(x / mib, 1) for x in sizes]} MiB (interleaved order simulated) = "
                        f"{stash / GIB:.2f} GiB")
     if logits_stored:
+        kept = "16-bit, Transformer Engine fused loss" if setup.fused_cross_entropy else "fp32 softmax for backward"
         explain.append(f"logits: s x b x V / t = {setup.seq_length // setup.layout.seq_shards} x {setup.micro_batch} x "
-                       f"{setup.vocab} / {setup.layout.tp}; kept {logits_stored / mib:,.1f} MiB "
-                       f"({'16-bit, Transformer Engine fused loss' if setup.fused_cross_entropy else 'fp32 softmax for backward'}) "
+                       f"{setup.vocab} / {setup.layout.tp}; kept {logits_stored / mib:,.1f} MiB ({kept}) "
                        f"+ transient {logits_transient / mib:,.1f} MiB")
     if padding_params(setup, inv):
         explain.append(f"vocabulary padding: {padding_params(setup, inv):,} of the embedding parameters "
